@@ -1,0 +1,22 @@
+"""flemu's engine: scenario -> world -> virtual-time run -> run directory.
+
+    import emulator
+    res = emulator.run("scenarios/quickstart.yaml", overrides=["algorithm.lr=0.1"])
+    res.run_dir, res.metrics   # the run directory and metrics.csv as a DataFrame
+"""
+from .errors import DivergedError, FlemuError, InvariantError, ScenarioError  # noqa: F401
+
+
+def run(source, overrides=(), seed=None, out=None, progress=None):
+    """Run a scenario (path, YAML text, dict or Scenario) -> RunResult(run_dir, metrics, summary)."""
+    from .runner import run as _run
+    return _run(source, overrides=overrides, seed=seed, out=out, progress=progress)
+
+
+def load(source, overrides=(), seed=None):
+    """Validate a scenario -> Scenario (raises ScenarioError listing every problem)."""
+    from .scenario import load as _load
+    return _load(source, overrides, seed)
+
+
+__all__ = ["run", "load", "ScenarioError", "DivergedError", "InvariantError", "FlemuError"]

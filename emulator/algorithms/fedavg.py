@@ -1,0 +1,57 @@
+"""FedAvg — McMahan et al., "Communication-Efficient Learning of Deep Networks from
+Decentralized Data", AISTATS 2017, Algorithm 1 (FederatedAveraging).
+
+Server (Alg. 1, ServerExecutes):   w_{t+1} <- sum_{k in S_t} (n_k / m_t) w^k_{t+1},  m_t = sum n_k
+  with an optional server learning rate eta_g (Reddi et al. 2021, "Adaptive Federated
+  Optimization", Alg. 1 with SGD server optimiser):  w_{t+1} = w_t + eta_g (avg - w_t);
+  eta_g = 1 is McMahan's rule. `weighting: uniform` uses 1/|S_t| instead of n_k/m_t.
+Client (Alg. 1, ClientUpdate):      E local steps  w <- w - eta * grad l(w; b)  from w_t,
+  here with optional momentum and weight decay (PyTorch SGD semantics) and a per-round
+  decay eta_t = eta * lr_decay^(t-1).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..compute.jobs import LocalRule, LocalSpec
+from ..registry import Params, register
+from .base import Algorithm, Upload, sample_weights, weighted_sum
+
+
+class FedAvgParams(Params):
+    lr: float = Field(gt=0, description="local learning rate eta")
+    momentum: float = Field(0.0, ge=0, lt=1, description="local SGD momentum")
+    weight_decay: float = Field(0.0, ge=0, description="local L2 weight decay")
+    lr_decay: float = Field(1.0, gt=0, le=1, description="per-round factor: eta_t = lr * lr_decay^(t-1)")
+    weighting: Literal["samples", "uniform"] = Field("samples", description="server weights n_k/m_t or 1/|S_t|")
+    server_lr: float = Field(1.0, gt=0, description="server learning rate eta_g (1 = plain averaging)")
+
+
+class FedAvg(Algorithm):
+    name = "fedavg"
+    supports = frozenset({"rounds"})
+
+    def local_rule(self, t: int) -> LocalRule:
+        return LocalRule(lr=self.lr(t), momentum=self.p.momentum, weight_decay=self.p.weight_decay)
+
+    def local_spec(self, client, t, received):
+        # Alg. 1 ClientUpdate(k, w): start from the broadcast w_t
+        return LocalSpec(start=received.vectors[0], rule=self.local_rule(t))
+
+    def upload(self, client, t, result):
+        # Alg. 1 ClientUpdate: "return w to server"
+        return Upload([result.params], numel=self.ctx.dim, result=result)
+
+    def aggregate(self, t, arrivals):
+        if not arrivals:
+            return {}
+        p = sample_weights(arrivals, self.p.weighting)              # n_k / m_t
+        avg = weighted_sum([a.vectors[0] for a in arrivals], p)     # sum_k (n_k/m_t) w^k_{t+1}
+        self.x = self.x + self.p.server_lr * (avg - self.x)         # eta_g = 1: w_{t+1} = avg
+        return {a.client: float(w) for a, w in zip(arrivals, p)}
+
+
+register("algorithm", "fedavg", FedAvgParams,
+         "FedAvg (McMahan et al. 2017): local SGD, sample-weighted model averaging", FedAvg)

@@ -1,0 +1,155 @@
+"""The `flemu` command line: run, validate, list, plot.
+
+`flemu run FILE [--set k=v]... [--out DIR] [--seed N]` runs a scenario with a progress bar;
+`flemu validate FILE` checks it; `flemu list [what]` lists every registered component with
+its parameters; `flemu plot RUN_DIR` draws accuracy against virtual time.
+(The CLI is the application shell: it is the one place in `emulator` that reaches into
+`analysis`, and only inside the commands that draw.)
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="flemu: discrete-event emulator of heterogeneous federated learning.")
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(err) -> None:
+    typer.echo(str(err), err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def run(file: Path = typer.Argument(..., help="scenario YAML"),
+        set_: List[str] = typer.Option([], "--set", help="override a field: path=value (repeatable)"),
+        out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default: output.dir)"),
+        seed: Optional[int] = typer.Option(None, "--seed", help="override the seed"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+    """Run a scenario and write its run directory."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import scenario as sc_mod
+    from .errors import ScenarioError
+    from .runner import run as run_scenario
+
+    try:
+        sc = sc_mod.load(file, set_, seed)
+    except ScenarioError as e:
+        _fail(e)
+    total = sc.run.rounds
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeElapsedColumn(), console=console, disable=quiet, transient=False) as prog:
+        bar = prog.add_task(sc.name, total=total if total else sc.run.virtual_time, info="")
+
+        def on_row(row):
+            acc = row.get("test_acc")
+            info = f"round {row['round']}  t={row['virtual_time']:.1f}s"
+            if acc is not None and not (isinstance(acc, float) and math.isnan(acc)):
+                info += f"  acc={acc:.4f}"
+            elif row.get("test_loss") is not None:
+                info += f"  loss={row['test_loss']:.4g}"
+            prog.update(bar, completed=row["round"] if total else min(row["virtual_time"], sc.run.virtual_time),
+                        info=info)
+
+        try:
+            res = run_scenario(sc, out=out_dir, progress=on_row)
+        except ScenarioError as e:
+            _fail(e)
+    s = res.summary
+    line = f"{s['status']}: {s['rounds']} aggregations, {s['virtual_time']:.1f} virtual s, {s['wall_time']:.1f} wall s"
+    if "final_test_acc" in s:
+        line += f", test acc {s['final_test_acc']:.4f} (best {s['best_test_acc']:.4f})"
+    out.print(line, highlight=False)
+    out.print(f"run directory: {res.run_dir}", highlight=False)
+    if s["status"] == "diverged":
+        console.print(s["message"], style="red", highlight=False, markup=False)
+        raise typer.Exit(code=3)
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="scenario YAML"),
+             set_: List[str] = typer.Option([], "--set", help="override a field: path=value"),
+             show: bool = typer.Option(False, "--show", help="print the resolved scenario")):
+    """Check a scenario without running it."""
+    from . import scenario as sc_mod
+    from .errors import ScenarioError
+
+    try:
+        sc = sc_mod.load(file, set_)
+    except ScenarioError as e:
+        _fail(e)
+    if show:
+        out.print(sc_mod.to_yaml(sc), highlight=False, markup=False)
+    out.print(f"{file}: valid", highlight=False)
+
+
+def _param_text(model) -> str:
+    parts = []
+    for name, f in model.model_fields.items():
+        if name in ("name", "model"):
+            continue
+        d = "required" if f.is_required() else f"={f.get_default(call_default_factory=False)!r}" \
+            if f.default_factory is None else "=default"
+        parts.append(f"{name}{'' if d == 'required' else d}{' (required)' if d == 'required' else ''}")
+    return ", ".join(parts) or "-"
+
+
+@app.command("list")
+def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets | partitions | models | "
+                                                         "protocols | devices | executors | selection")):
+    """List registered components with a one-line description and their parameters."""
+    from . import registry
+
+    groups = {"algorithms": ["algorithm"], "datasets": ["dataset"], "partitions": ["partition"],
+              "models": ["model"], "protocols": ["protocol"], "executors": ["executor"],
+              "selection": ["selection"],
+              "devices": ["compute", "availability", "network", "selection"]}
+    if what is None:
+        kinds = list(registry.KINDS)
+    else:
+        key = what if what in groups else what + "s"
+        if key not in groups:
+            _fail(f"unknown list {what!r}; one of: {', '.join(groups)}")
+        kinds = groups[key]
+    for kind in kinds:
+        t = Table(title=registry.KINDS[kind], title_justify="left", show_lines=False)
+        t.add_column("name", style="bold")
+        t.add_column("description")
+        t.add_column("parameters")
+        for name, e in sorted(registry.table(kind).items()):
+            t.add_row(name, e.description, _param_text(e.params))
+        out.print(t)
+
+
+@app.command()
+def plot(run_dirs: List[Path] = typer.Argument(..., help="run directories"),
+         out_file: Path = typer.Option(None, "--out", "-o", help="PNG to write (default RUN_DIR/accuracy_vs_time.png)"),
+         x: str = typer.Option("virtual_time", help="x axis: virtual_time | round"),
+         y: str = typer.Option("test_acc", help="metric: test_acc | test_loss | train_loss | gap ...")):
+    """Draw a metric against virtual time (or rounds) for one or more runs."""
+    from analysis.plots import accuracy_vs_time
+
+    for d in run_dirs:
+        if not (d / "metrics.csv").exists():
+            _fail(f"{d} is not a run directory (no metrics.csv)")
+    target = out_file or run_dirs[0] / ("accuracy_vs_time.png" if (x, y) == ("virtual_time", "test_acc")
+                                        else f"{y}_vs_{x}.png")
+    accuracy_vs_time(run_dirs, target, x=x, y=y)
+    out.print(f"wrote {target}", highlight=False)
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Real gradient work: flat parameter vectors, lazy values, training jobs and executors."""

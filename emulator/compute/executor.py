@@ -1,0 +1,164 @@
+"""Executors: where real compute happens (DESIGN.md section 3, "Executor").
+
+`submit(job)` returns a `JobFuture` at once; nothing is computed until a value that needs
+the job is read (`lazy.resolve`), then `run(futures)` computes a whole level of needed jobs
+together. `SequentialExecutor` is the reference semantics: a plain loop over jobs and steps.
+"""
+from __future__ import annotations
+
+import re
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from ..registry import Params, register
+from .batches import batch_plan
+from .flat import FlatModel
+from .jobs import JobFuture, LocalRule, TrainJob, TrainResult
+from .lazy import force
+
+
+@dataclass
+class TaskData:
+    """What an executor needs of one model's workload: the flat model and the data on device."""
+
+    net: FlatModel
+    x: torch.Tensor
+    y: torch.Tensor
+    client_rows: list            # per client: LongTensor of rows into x / y (on device)
+
+
+@dataclass
+class ExecutorStats:
+    jobs_submitted: int = 0
+    steps_submitted: int = 0
+    jobs_computed: int = 0
+    steps_computed: int = 0
+    grad_evals: int = 0          # real gradient computations (one per local step computed)
+
+
+class Executor:
+    name = "?"
+
+    def __init__(self, tasks: dict, streams, device: torch.device):
+        self.tasks = tasks
+        self.streams = streams
+        self.device = device
+        self.stats = ExecutorStats()
+
+    def submit(self, job: TrainJob) -> JobFuture:
+        self.stats.jobs_submitted += 1
+        self.stats.steps_submitted += job.steps
+        return JobFuture(job, self)
+
+    def run(self, futures: list) -> None:
+        """Compute these jobs (every lazy input of theirs is already resolved)."""
+        raise NotImplementedError
+
+    # helpers shared by executors -------------------------------------------------
+    def plan(self, job: TrainJob) -> list:
+        rows = self.tasks[job.task].client_rows[job.client]
+        rng = self.streams.keyed("batches", job.client, job.round, job.task, job.tag)
+        return batch_plan(len(rows), job.steps, job.batch_size, rng)
+
+    def _count(self, job: TrainJob):
+        self.stats.jobs_computed += 1
+        self.stats.steps_computed += job.steps
+
+
+def sgd_update(w, g, buf, rule: LocalRule, h: int, anchor, correction):
+    """One local step of `rule` (see LocalRule), on flat vectors. Returns (w, buf)."""
+    if rule.weight_decay:
+        g = g + rule.weight_decay * w
+    if rule.prox_mu:
+        g = g + rule.prox_mu * (w - anchor)
+    if correction is not None:
+        g = g + correction
+    if rule.momentum:
+        buf = g.clone() if buf is None else buf.mul_(rule.momentum).add_(g)
+        d = g + rule.momentum * buf if rule.nesterov else buf
+    else:
+        d = g
+    return w - rule.lr_at(h) * d, buf
+
+
+class SequentialExecutor(Executor):
+    """The reference: one job after another, one step after another."""
+
+    name = "sequential"
+
+    def run(self, futures):
+        for fut in futures:
+            fut._set(self.train(fut.job))
+            self._count(fut.job)
+            fut.job = None  # free start / anchor / correction references
+
+    def train(self, job: TrainJob) -> TrainResult:
+        td = self.tasks[job.task]
+        spec, rule = job.spec, job.spec.rule
+        w = force(spec.start).detach().to(self.device).clone()
+        anchor = None
+        if rule.prox_mu:
+            anchor = w.clone() if spec.anchor is None else force(spec.anchor).detach()
+        corr = None if spec.correction is None else force(spec.correction).detach()
+        rows = td.client_rows[job.client]
+        plan = self.plan(job)
+        buf = None
+        gsum = torch.zeros_like(w) if spec.want_grad_mean else None
+        lsum = torch.zeros((), dtype=w.dtype, device=w.device)
+        full = None
+        for h, b in enumerate(plan):
+            if len(b) == len(rows):
+                if full is None:
+                    full = (td.x[rows], td.y[rows])
+                xb, yb = full
+            else:
+                idx = rows[torch.from_numpy(b).to(rows.device)]
+                xb, yb = td.x[idx], td.y[idx]
+            w.requires_grad_(True)
+            loss = td.net.batch_loss(w, xb, yb)
+            (g,) = torch.autograd.grad(loss, w)
+            w = w.detach()
+            self.stats.grad_evals += 1
+            lsum += loss.detach()
+            if gsum is not None:
+                gsum += g
+            w, buf = sgd_update(w, g, buf, rule, h, anchor, corr)
+        n = len(plan)
+        return TrainResult(params=w, steps=n,
+                           loss_mean=float(lsum) / n if n else float("nan"),
+                           grad_mean=(gsum / n if (gsum is not None and n) else gsum))
+
+
+class ExecutorParams(Params):
+    device: str = Field("auto", description="auto | cpu | cuda[:n]")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
+    dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError("must be auto, cpu, cuda or cuda:<n>")
+        return v
+
+
+class SequentialParams(ExecutorParams):
+    pass
+
+
+register("executor", "sequential", SequentialParams,
+         "reference executor: a plain loop over jobs and local steps", SequentialExecutor)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        from ..errors import ScenarioError
+        raise ScenarioError([("executor.device", f"{name!r} asked for, but no CUDA device is available; use auto or cpu")])
+    return torch.device(name)

@@ -1,0 +1,91 @@
+"""What an algorithm asks a client to compute, and what comes back.
+
+The algorithm fills a `LocalSpec` (start vector, local rule, optional prox anchor and
+correction vector); the protocol fixes the number of steps in virtual time and submits a
+`TrainJob`; the executor returns a `JobFuture` whose value is a `TrainResult`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .lazy import Lazy
+
+Vector = Union[torch.Tensor, Lazy]
+
+
+@dataclass(frozen=True)
+class LocalRule:
+    """How each local step updates w (PyTorch SGD semantics):
+
+    g  = grad loss(w; batch)                       raw stochastic gradient
+    g += weight_decay * w + prox_mu * (w - anchor) + correction
+    buf = momentum * buf + g      (buf = g at the first step)
+    w  -= lr[h] * (g + momentum * buf if nesterov else buf)
+    """
+
+    lr: Union[float, tuple] = 0.01          # constant, or one value per step
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+    nesterov: bool = False
+
+    def lr_at(self, h: int) -> float:
+        if isinstance(self.lr, tuple):
+            return self.lr[min(h, len(self.lr) - 1)]
+        return self.lr
+
+    def key(self) -> tuple:
+        """Jobs with the same key can share one batched kernel."""
+        return (self.momentum != 0, self.weight_decay != 0, self.prox_mu != 0, self.nesterov)
+
+
+@dataclass
+class LocalSpec:
+    """An algorithm's answer to "how does client i train in round t"."""
+
+    start: Vector
+    rule: LocalRule
+    anchor: Optional[Vector] = None        # prox anchor; None = start
+    correction: Optional[Vector] = None    # added to every gradient (SCAFFOLD / FedSUM)
+    want_grad_mean: bool = False           # also return the mean raw gradient
+
+
+@dataclass(eq=False)
+class TrainJob:
+    task: int                 # which model (multi-model FL), 0 otherwise
+    client: int
+    round: int
+    steps: int
+    spec: LocalSpec
+    batch_size: Optional[int]   # None = full batch (all the client's samples every step)
+    tag: int = 0                # distinguishes several jobs of one (client, round, task)
+
+
+@dataclass
+class TrainResult:
+    params: torch.Tensor
+    steps: int
+    loss_mean: float            # mean mini-batch loss over the steps (nan if 0 steps)
+    grad_mean: Optional[torch.Tensor] = None
+
+
+class JobFuture(Lazy):
+    __slots__ = ("job", "executor")
+    is_job = True
+
+    def __init__(self, job: TrainJob, executor):
+        super().__init__()
+        self.job, self.executor = job, executor
+
+    def inputs(self):
+        s = self.job.spec
+        return tuple(v for v in (s.start, s.anchor, s.correction) if isinstance(v, Lazy))
+
+    @property
+    def params(self) -> "Lazy":
+        from .lazy import derived
+        return derived(lambda r: r.params, self)

@@ -1,0 +1,147 @@
+"""Run one scenario and write its run directory (DESIGN.md section 3, "Run directory").
+
+The world is built (and every data file read) before anything is written; the run
+directory is written under a temporary name and renamed when complete, so a failed or
+interrupted run never leaves a half-written directory behind.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+from . import invariants, scenario
+from .sim.world import World
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: pd.DataFrame
+    summary: dict
+
+    def __iter__(self):  # `run_dir, metrics = emulator.run(...)` works too
+        return iter((self.run_dir, self.metrics))
+
+
+def run(source, overrides=(), seed: Optional[int] = None, out=None,
+        progress: Optional[Callable[[dict], None]] = None) -> RunResult:
+    """Run a scenario (path, YAML text, dict or Scenario); return its run directory,
+    metrics (pandas) and summary."""
+    sc = scenario.load(source, overrides, seed)
+    out_dir = Path(out) if out is not None else Path(sc.output.dir or f"runs/{sc.name}")
+    sc.output.dir = str(out_dir)
+    t0 = time.perf_counter()
+    world = World(sc, progress=progress)
+    build_s = time.perf_counter() - t0
+    world.run()
+    metrics = world.recorder.metrics_frame()
+    clients = world.recorder.clients_frame()
+    checks = invariants.check(world, metrics, clients)
+    summary = summarize(world, metrics, clients, build_s, checks)
+    write_run_dir(out_dir, world, sc, metrics, clients, summary)
+    return RunResult(out_dir, metrics, summary)
+
+
+def _first_reach(metrics: pd.DataFrame, target: float):
+    if "test_acc" not in metrics:
+        return None
+    hit = metrics[metrics["test_acc"] >= target]
+    if hit.empty:
+        return None
+    r = hit.iloc[0]
+    return {"round": int(r["round"]), "virtual_time": float(r["virtual_time"]), "wall_time": float(r["wall_time"])}
+
+
+def summarize(world, metrics, clients, build_s, checks) -> dict:
+    sc = world.sc
+    st = world.executor.stats
+    virtual_steps = int(sum(int(log.steps.sum()) for log in world.recorder.rounds))
+    s = {
+        "name": sc.name, "seed": sc.seed, "status": world.status, "message": world.message,
+        "rounds": int(world.rounds_done), "virtual_time": float(world.env.now),
+        "wall_time": float(world.wall()), "setup_wall_time": build_s,
+        "grad_steps_virtual": virtual_steps, "grad_steps_computed": int(st.steps_computed),
+        "grad_steps_skipped": max(0, virtual_steps - int(st.steps_computed)),
+        "jobs_submitted": int(st.jobs_submitted), "jobs_computed": int(st.jobs_computed),
+        "bytes_up": int(metrics["bytes_up"].sum()) if len(metrics) else 0,
+        "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
+        "invariants_checked": checks,
+    }
+    models = []
+    for task in world.tasks:
+        m = metrics[metrics["model"] == task.index] if len(metrics) else metrics
+        ev = m.dropna(subset=["test_loss"]) if "test_loss" in m else m.iloc[0:0]
+        d = {"model": task.index, "dataset": task.data.name, "params": task.net.dim}
+        if len(ev):
+            last = ev.iloc[-1]
+            for k in ("test_acc", "test_loss", "gap", "log10_gap"):
+                if k in ev and pd.notna(last.get(k)):
+                    d[f"final_{k}"] = float(last[k])
+            if "test_acc" in ev:
+                d["best_test_acc"] = float(ev["test_acc"].max())
+        if sc.run.target_accuracy is not None:
+            d["target_accuracy"] = sc.run.target_accuracy
+            d["reached_target"] = _first_reach(ev, sc.run.target_accuracy)
+        models.append(d)
+    s["models"] = models
+    if len(world.tasks) == 1:
+        s.update({k: v for k, v in models[0].items() if k != "model"})
+    return s
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    return str(o)
+
+
+def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary) -> None:
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        tmp.mkdir()
+        (tmp / "config.yaml").write_text(scenario.to_yaml(sc))
+        metrics.to_csv(tmp / "metrics.csv", index=False)
+        clients.to_csv(tmp / "clients.csv", index=False)
+        partition_frame(world).to_csv(tmp / "partition.csv", index=False)
+        if world.recorder.events is not None:
+            world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
+        for task in world.tasks:
+            name = "model.npy" if len(world.tasks) == 1 else f"model_{task.index}.npy"
+            np.save(tmp / name, world.last_good[task.index].detach().cpu().float().numpy())
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))
+        old = None
+        if out_dir.exists():
+            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{time.monotonic_ns()}"
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def partition_frame(world) -> pd.DataFrame:
+    """Per client: group, samples and label histogram of each model's data."""
+    rows = {"client": np.arange(world.num_clients), "group": [c.group for c in world.clients]}
+    for task in world.tasks:
+        suffix = "" if len(world.tasks) == 1 else f"_m{task.index}"
+        rows[f"samples{suffix}"] = task.client_sizes
+        if task.data.task == "classification" and task.data.num_classes <= 100:
+            h = task.data.label_histograms()
+            for c in range(h.shape[1]):
+                rows[f"label_{c}{suffix}"] = h[:, c]
+    return pd.DataFrame(rows)

