@@ -7,7 +7,7 @@ PIP     := $(BIN)/python -m pip
 # torch is pinned through constraints.txt so that no CUDA wheels are pulled on a CPU machine
 PIPFLAGS := --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test setup bench study clean
+.PHONY: demo test setup docs bench study clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,3 +28,6 @@ test: $(STAMP)
 
 clean:
 	rm -rf runs .pytest_cache
+
+docs: $(STAMP)
+	$(BIN)/python -m emulator.docs --write
