@@ -1,35 +1,420 @@
-"""Client-side availability: whether a client is online, asked as a time, not a yes/no.
+"""Client-side availability: when a client is online, asked as a time, not a yes/no.
 
-An availability model answers, for a client at virtual time `now` in round `round_`:
-- `online(client, round_, now)`: is it online now?
-- `online_until(client, now)`: when does its current online period end (inf: never)?
-- `next_online(client, now)`: the earliest time >= now at which it is online.
-so an offline client never spins the clock (STYLE: "ask for a time, not a yes/no").
+Two kinds of model:
+- per-round (`kind = "round"`): whether a client takes part is decided at each round's
+  start and holds for the round (always, bernoulli, sine, markov, round_trace);
+- continuous-time (`kind = "time"`): on/off periods in virtual seconds (markov_time,
+  diurnal, trace); a client going offline in the middle of its work is interrupted.
+
+Every model answers, for a client at virtual time `now` (and round `round_`):
+- `online_mask(ids, round_, now)`: which of `ids` are online now (vectorised);
+- `online_until(client, now)`: when the current online period ends (inf: not before the
+  round ends, or never);
+- `next_online(client, now)`: the earliest time >= now at which it is online (inf: never),
+so an offline client never spins the clock (STYLE.md: ask for a time, not a yes/no).
+
+One model object serves a whole device group: `bind(members, rngs, labels)` hands it the
+group's client ids, a source of random generators (`rngs.round(r)`: the group's stream for
+round r; `rngs.client(c)`: client c's own long-lived stream) and, when available, the
+clients' label histograms (for label-dependent participation, FedSUM spec P2).
 """
 from __future__ import annotations
 
+import bisect
+import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+NEVER = math.inf
 
 
 class Availability:
-    name: str = "?"
+    name = "?"
+    kind = "round"
 
-    def online(self, client: int, round_: int, now: float) -> bool:
+    def bind(self, members: Sequence[int], rngs, labels: Optional[np.ndarray] = None) -> None:
+        self.members = np.asarray(members, dtype=np.int64)
+        self.pos = {int(c): i for i, c in enumerate(self.members)}
+        self.rngs = rngs
+        self.labels = labels
+
+    def online_mask(self, ids, round_: int, now: float) -> np.ndarray:
         raise NotImplementedError
 
+    def online(self, client: int, round_: int, now: float) -> bool:
+        return bool(self.online_mask(np.array([client]), round_, now)[0])
+
     def online_until(self, client: int, now: float) -> float:
-        return math.inf
+        return NEVER
 
     def next_online(self, client: int, now: float) -> float:
         return now
 
 
+# ============================================================================ per round
+class _PerRound(Availability):
+    """Per-round models compute the whole group's mask once per round."""
+
+    kind = "round"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self._round, self._mask = None, None
+
+    def group_mask(self, round_: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def online_mask(self, ids, round_, now):
+        if self._round != round_:
+            self._mask, self._round = self.group_mask(round_), round_
+        return self._mask[[self.pos[int(c)] for c in ids]]
+
+
 @dataclass
-class AlwaysOnline(Availability):
+class AlwaysOnline(_PerRound):
     """The client is always online."""
 
     name: str = "always"
 
-    def online(self, client, round_, now):
-        return True
+    def group_mask(self, round_):
+        return np.ones(len(self.members), dtype=bool)
+
+
+def client_probs(spec, n: int, rng: np.random.Generator, labels: Optional[np.ndarray]) -> np.ndarray:
+    """Per-client probabilities from a spec: a number, a list (one per client of the group),
+    {uniform: [lo, hi]}, {beta: [a, b]}, or 'labels' (FedSUM spec P2 / FedAWE: phi_c ~ U(0, 1)
+    for the first half of the classes, U(0, 0.5) for the rest, one phi per run;
+    p_i = sum_c nu_ic phi_c with nu_i the client's empirical label distribution)."""
+    if isinstance(spec, (int, float)):
+        return np.full(n, float(spec))
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != n:
+            raise ValueError(f"{len(spec)} probabilities for a group of {n} clients")
+        return np.asarray(spec, dtype=float)
+    if spec == "labels":
+        if labels is None:
+            raise ValueError("label-dependent probabilities need a labelled dataset")
+        C = labels.shape[1]
+        half = (C + 1) // 2
+        phi = np.concatenate([rng.uniform(0, 1, half), rng.uniform(0, 0.5, C - half)])
+        nu = labels / np.maximum(labels.sum(1, keepdims=True), 1)
+        return nu @ phi
+    if isinstance(spec, dict) and "uniform" in spec:
+        lo, hi = spec["uniform"]
+        return rng.uniform(lo, hi, n)
+    if isinstance(spec, dict) and "beta" in spec:
+        a, b = spec["beta"]
+        return rng.beta(a, b, n)
+    raise ValueError(f"unknown probability spec {spec!r}")
+
+
+@dataclass
+class BernoulliAvailability(_PerRound):
+    """Client i is online in a round independently with probability p_i
+    (FedSUM Case 2 / P2; p fixed, per client, or drawn once per client)."""
+
+    p: object = 0.5
+    name: str = "bernoulli"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self.probs = client_probs(self.p, len(self.members), rngs.round(0), labels)
+
+    def group_mask(self, round_):
+        return self.rngs.round(round_).random(len(self.members)) < self.probs
+
+
+@dataclass
+class SineAvailability(_PerRound):
+    """FedSUM spec P3: p_i^t = clip(p_i * (amplitude * sin(2 pi t / period + phase) + 1 - amplitude), 0, 1),
+    t = round - 1 (rounds count from 1), independently per client and round."""
+
+    p: object = 0.5
+    amplitude: float = 0.3
+    period: float = 20.0
+    phase: float = 0.0
+    name: str = "sine"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self.probs = client_probs(self.p, len(self.members), rngs.round(0), labels)
+
+    def prob(self, round_: int) -> np.ndarray:
+        t = round_ - 1
+        f = self.amplitude * math.sin(2 * math.pi * t / self.period + self.phase) + 1 - self.amplitude
+        return np.clip(self.probs * f, 0.0, 1.0)
+
+    def group_mask(self, round_):
+        return self.rngs.round(round_).random(len(self.members)) < self.prob(round_)
+
+
+@dataclass
+class MarkovAvailability(_PerRound):
+    """Two-state on/off chain per client, one step per round: online -> offline with
+    p_on_off, offline -> online with p_off_on; started from the stationary distribution
+    P(online) = p_off_on / (p_on_off + p_off_on)."""
+
+    p_on_off: float = 0.1
+    p_off_on: float = 0.3
+    name: str = "markov"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self.stationary = self.p_off_on / (self.p_on_off + self.p_off_on)
+        self._state = rngs.round(0).random(len(self.members)) < self.stationary   # round 1's state
+        self._at = 1
+
+    def group_mask(self, round_):
+        if round_ < self._at:
+            raise ValueError("per-round Markov availability is asked rounds in increasing order")
+        while self._at < round_:
+            self._at += 1
+            u = self.rngs.round(self._at).random(len(self.members))
+            self._state = np.where(self._state, u >= self.p_on_off, u < self.p_off_on)
+        return self._state.copy()
+
+
+@dataclass
+class RoundTraceAvailability(_PerRound):
+    """Replays per-round availability from a CSV with columns round, client, available
+    (a previous run's clients.csv works). Client k of the group uses the trace's k-th
+    client (sorted ids, wrapping); rounds past the trace's last wrap when `repeat`, else
+    the client is offline."""
+
+    table: dict = field(default_factory=dict)       # trace client -> set of rounds online
+    last_round: int = 0
+    repeat: bool = True
+    name: str = "round_trace"
+
+    @staticmethod
+    def read(path) -> tuple:
+        table, last = {}, 0
+        with open(path, newline="") as f:
+            r = csv.DictReader(f)
+            if not {"round", "client", "available"} <= set(r.fieldnames or ()):
+                raise ValueError(f"{path}: needs columns round, client, available")
+            for line in r:
+                rd = int(line["round"])
+                last = max(last, rd)
+                table.setdefault(line["client"], set())
+                if str(line["available"]).strip().lower() in ("1", "true", "yes"):
+                    table[line["client"]].add(rd)
+        return table, last
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        ids = sorted(self.table, key=lambda s: (len(s), s))
+        if not ids:
+            raise ValueError("empty availability trace")
+        self._rows = [self.table[ids[i % len(ids)]] for i in range(len(self.members))]
+
+    def group_mask(self, round_):
+        r = round_
+        if r > self.last_round:
+            if not self.repeat:
+                return np.zeros(len(self.members), dtype=bool)
+            r = (r - 1) % self.last_round + 1
+        return np.array([r in rows for rows in self._rows], dtype=bool)
+
+
+# ============================================================================ continuous time
+class _Timeline(Availability):
+    """Per-client alternating on/off periods, generated lazily forward in time.
+    Subclasses implement `_first(c)` -> (online at 0?, first switch time) and
+    `_next_duration(c, online)`; switches[c] holds increasing switch times."""
+
+    kind = "time"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self._on0: dict = {}
+        self._sw: dict = {}
+
+    def _timeline(self, c, until):
+        if c not in self._sw:
+            on0, first = self._first(c)
+            self._on0[c], self._sw[c] = on0, [first]
+        sw = self._sw[c]
+        while sw[-1] <= until and math.isfinite(sw[-1]):
+            online_after = self._on0[c] ^ (len(sw) % 2 == 1)   # state after switch len(sw)
+            sw.append(sw[-1] + self._next_duration(c, online_after))
+        return sw
+
+    def _state(self, c, now):
+        sw = self._timeline(c, now)
+        n = bisect.bisect_right(sw, now)            # switches at or before now
+        return self._on0[c] ^ (n % 2 == 1), n, sw
+
+    def online_mask(self, ids, round_, now):
+        return np.array([self._state(int(c), now)[0] for c in ids], dtype=bool)
+
+    def online_until(self, client, now):
+        on, n, sw = self._state(client, now)
+        return sw[n] if on else now
+
+    def next_online(self, client, now):
+        on, n, sw = self._state(client, now)
+        return now if on else sw[n]
+
+
+@dataclass
+class MarkovTimeAvailability(_Timeline):
+    """On and off periods ~ Exponential(mean_on), Exponential(mean_off) seconds, started
+    from the stationary state (online with probability mean_on / (mean_on + mean_off);
+    by memorylessness the first period is a fresh draw)."""
+
+    mean_on: float = 3600.0
+    mean_off: float = 3600.0
+    name: str = "markov_time"
+
+    def _first(self, c):
+        rng = self.rngs.client(c)
+        on = rng.random() < self.mean_on / (self.mean_on + self.mean_off)
+        return on, rng.exponential(self.mean_on if on else self.mean_off)
+
+    def _next_duration(self, c, online):
+        return self.rngs.client(c).exponential(self.mean_on if online else self.mean_off)
+
+
+@dataclass
+class DiurnalAvailability(_Timeline):
+    """Time is cut into slots of `slot` seconds; in the slot starting at s a client is online
+    with probability p(s) = clip(mean + amplitude * sin(2 pi (s + shift_i) / period + phase), 0, 1)
+    (a 24 h day by default), independently per slot. `spread` shifts each client's day by a
+    uniform random offset in [0, spread * period) (time zones)."""
+
+    mean: float = 0.5
+    amplitude: float = 0.4
+    period: float = 86400.0
+    phase: float = 0.0
+    slot: float = 900.0
+    spread: float = 0.0
+    max_scan_slots: int = 1_000_000
+    name: str = "diurnal"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        self._shift: dict = {}
+        self._k: dict = {}      # client -> (slot starting its next period, state in that period)
+
+    def prob(self, t, c=None):
+        shift = self._shift.get(c, 0.0) if c is not None else 0.0
+        return min(1.0, max(0.0, self.mean + self.amplitude * math.sin(
+            2 * math.pi * (t + shift) / self.period + self.phase)))
+
+    def _slot_online(self, c, k):
+        return self.rngs.client(c).random() < self.prob(k * self.slot, c)
+
+    def _first(self, c):
+        if self.spread > 0:
+            self._shift[c] = self.rngs.client(c).uniform(0, self.spread * self.period)
+        on = self._slot_online(c, 0)
+        k = 1
+        while self._slot_online(c, k) == on:
+            k += 1
+            if k > self.max_scan_slots:
+                return on, NEVER
+        self._k[c] = (k, not on)     # slot k starts the next period, with state `not on`
+        return on, k * self.slot
+
+    def _next_duration(self, c, online):
+        k, state = self._k[c]
+        j = k + 1
+        while self._slot_online(c, j) == state:
+            j += 1
+            if j - k > self.max_scan_slots:
+                return NEVER
+        self._k[c] = (j, not state)
+        return (j - k) * self.slot
+
+
+def read_interval_trace(path) -> dict:
+    """CSV with columns client, start, end (online intervals, seconds) and optionally period
+    (the trace repeats with that period, FedScale's finish_time). -> {client: (starts, ends, period)}."""
+    rows: dict = {}
+    periods: dict = {}
+    with open(path, newline="") as f:
+        r = csv.DictReader(f)
+        if not {"client", "start", "end"} <= set(r.fieldnames or ()):
+            raise ValueError(f"{path}: needs columns client, start, end (and optionally period)")
+        has_period = "period" in (r.fieldnames or ())
+        for line in r:
+            s, e = float(line["start"]), float(line["end"])
+            if e < s:
+                raise ValueError(f"{path}: interval ends before it starts (client {line['client']}: {s} > {e})")
+            rows.setdefault(line["client"], []).append((s, e))
+            if has_period and line.get("period") not in (None, ""):
+                periods[line["client"]] = float(line["period"])
+    out = {}
+    for c, iv in rows.items():
+        iv.sort()
+        merged = []
+        for s, e in iv:
+            if merged and s <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+            else:
+                merged.append((s, e))
+        out[c] = ([s for s, _ in merged], [e for _, e in merged], periods.get(c))
+    return out
+
+
+@dataclass
+class TraceAvailability(Availability):
+    """Replays online intervals from a CSV (see `read_interval_trace`). Client k of the group
+    uses the trace's k-th client (sorted ids, wrapping). With a period the trace repeats."""
+
+    trace: dict = field(default_factory=dict)
+    repeat: bool = True
+    name: str = "trace"
+    kind: str = "time"
+
+    def bind(self, members, rngs, labels=None):
+        super().bind(members, rngs, labels)
+        ids = sorted(self.trace, key=lambda s: (len(s), s))
+        if not ids:
+            raise ValueError("empty availability trace")
+        self._of = {int(c): self.trace[ids[i % len(ids)]] for i, c in enumerate(self.members)}
+
+    def _local(self, c, now):
+        starts, ends, period = self._of[c]
+        if period and self.repeat:
+            base = math.floor(now / period) * period
+            return starts, ends, period, base, now - base
+        return starts, ends, None, 0.0, now
+
+    def _where(self, starts, ends, t):
+        i = bisect.bisect_right(starts, t) - 1
+        return i, (i >= 0 and t < ends[i])
+
+    def online_mask(self, ids, round_, now):
+        out = np.zeros(len(ids), dtype=bool)
+        for j, c in enumerate(ids):
+            starts, ends, _, _, t = self._local(int(c), now)
+            out[j] = self._where(starts, ends, t)[1]
+        return out
+
+    def online_until(self, client, now):
+        t = now
+        for _ in range(10_000):      # an interval ending at the period joins one starting at 0
+            starts, ends, period, base, local = self._local(client, t)
+            i, on = self._where(starts, ends, local)
+            if not on:
+                return t
+            t = base + ends[i]
+            if not (period and self.repeat and ends[i] >= period):
+                return t
+        return NEVER
+
+    def next_online(self, client, now):
+        starts, ends, period, base, t = self._local(client, now)
+        i, on = self._where(starts, ends, t)
+        if on:
+            return now
+        if i + 1 < len(starts):
+            return base + starts[i + 1]
+        if period and self.repeat and starts:
+            return base + period + starts[0]
+        return NEVER

@@ -1,40 +1,162 @@
-"""Compute models: how many virtual seconds a client's local steps take.
+"""Compute models: how long a client's local steps take in virtual time.
 
-A compute model answers `duration(client, round, steps)`: the virtual seconds `steps`
-local SGD steps take on that client in that round. Draws come from a per-client
-`numpy.random.Generator` passed in by the caller, consumed in the client's own round
-order, so the result does not depend on the order in which clients are simulated.
+A compute model gives, for one client in one round, a `StepClock`: `time(k)` is the virtual
+seconds its first k local steps take, `fit(budget)` the most steps that fit in `budget`
+seconds. Protocols with a fixed amount of work ask `time(E)`; time-driven protocols (T-SFL
+intervals) ask `fit`. Random draws come from the client's own generator (passed in by the
+caller, consumed in the client's round order), so results do not depend on the order in
+which clients are simulated.
 
-No model silently returns 0: only `InstantCompute`, which a scenario must name
-explicitly, takes no time.
+No model silently takes zero time: only `InstantCompute`, which a scenario must name
+explicitly, does.
 """
 from __future__ import annotations
 
+import bisect
+import csv
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
-class ComputeModel:
-    """Base class. Subclasses implement `duration`."""
 
-    name: str = "?"
-    #: 'step' (every step drawn), 'round' (one speed per client per round),
-    #: 'client' (one speed per client for the whole run) - only for random models.
-    redraw: str = "round"
-
-    def duration(self, client: int, round_: int, steps: int, rng: np.random.Generator) -> float:
+# ----------------------------------------------------------------------------- clocks
+class StepClock:
+    def time(self, k: int) -> float:
+        """Virtual seconds taken by the first k steps."""
         raise NotImplementedError
 
+    def fit(self, budget: float, limit: int = 10**7) -> int:
+        """max{k <= limit : time(k) <= budget * (1 + 1e-9)}."""
+        raise NotImplementedError
+
+
+class FixedClock(StepClock):
+    """Every step takes `step` seconds (inf: not even one step)."""
+
+    def __init__(self, step: float):
+        self.step = step
+
+    def time(self, k):
+        if k <= 0:
+            return 0.0
+        return k * self.step
+
+    def fit(self, budget, limit=10**7):
+        if budget < 0:
+            return 0
+        if self.step == 0:
+            return limit
+        if math.isinf(self.step):
+            return 0
+        k = int(math.floor(budget * (1 + FIT_EPS) / self.step))
+        # exact check against time(): floor of a quotient can be off by one ulp
+        while k > 0 and self.time(k) > budget * (1 + FIT_EPS):
+            k -= 1
+        while self.time(k + 1) <= budget * (1 + FIT_EPS) and k < limit:
+            k += 1
+        return min(k, limit)
+
+
+class DrawClock(StepClock):
+    """Each step's time is an independent draw, made lazily in step order."""
+
+    def __init__(self, draw: Callable[[int], np.ndarray]):
+        self._draw = draw
+        self._cum = [0.0]
+
+    def _extend(self, k):
+        while len(self._cum) <= k:
+            need = max(k + 1 - len(self._cum), 16)
+            for v in self._draw(need):
+                self._cum.append(self._cum[-1] + float(v))
+
+    def time(self, k):
+        if k <= 0:
+            return 0.0
+        self._extend(k)
+        return self._cum[k]
+
+    def fit(self, budget, limit=10**7):
+        b = budget * (1 + FIT_EPS)
+        k = 0
+        while k < limit:
+            self._extend(k + 1)
+            if self._cum[k + 1] > b:
+                break
+            k += 1
+        return k
+
+
+class RateClock(StepClock):
+    """Steps proceed at a piecewise-constant step time that changes at given times
+    (trace replay): time(k) integrates the work through the pieces, starting at `now`."""
+
+    def __init__(self, now: float, starts: Sequence[float], step_times: Sequence[float]):
+        self.now, self.starts, self.steps = now, list(starts), list(step_times)
+
+    def _piece(self, t):
+        return max(0, bisect.bisect_right(self.starts, t) - 1)
+
+    def time(self, k):
+        if k <= 0:
+            return 0.0
+        t, left = self.now, float(k)
+        i = self._piece(t)
+        while True:
+            st = self.steps[i]
+            end = self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
+            cap = (end - t) / st if st > 0 else math.inf
+            if left <= cap:
+                return t + left * st - self.now
+            left -= cap
+            t = end
+            i += 1
+
+    def fit(self, budget, limit=10**7):
+        t, done = self.now, 0.0
+        stop = self.now + budget * (1 + FIT_EPS)
+        i = self._piece(t)
+        while t < stop:
+            st = self.steps[i]
+            end = min(self.starts[i + 1] if i + 1 < len(self.starts) else math.inf, stop)
+            done += (end - t) / st if st > 0 else math.inf
+            t = end
+            i += 1
+        return int(min(limit, math.floor(done + 1e-9)))
+
+
+# ----------------------------------------------------------------------------- models
+@dataclass
+class Work:
+    """What one step costs: training FLOPs (the FLOP-based model) and samples (trace)."""
+
+    flops_per_step: float = 0.0
+    batch: int = 1
+
+
+class ComputeModel:
+    name = "?"
+
+    def clock(self, client: int, round_: int, rng: np.random.Generator, now: float = 0.0,
+              work: Optional[Work] = None) -> StepClock:
+        raise NotImplementedError
+
+    def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
+        return self.clock(client, round_, rng, now, work).time(steps)
+
     def min_step_time(self) -> float:
-        """A lower bound on one step's time (used by the post-run invariant check)."""
+        """A lower bound on one step's time (for the post-run invariant check)."""
         return 0.0
 
 
 @dataclass
 class ConstantCompute(ComputeModel):
-    """Every step takes exactly `step_time` virtual seconds."""
+    """Every step takes exactly `step_time` seconds."""
 
     step_time: float
     name: str = "constant"
@@ -43,8 +165,8 @@ class ConstantCompute(ComputeModel):
         if not (self.step_time > 0 and math.isfinite(self.step_time)):
             raise ValueError(f"step_time must be a positive finite number, got {self.step_time}")
 
-    def duration(self, client, round_, steps, rng):
-        return steps * self.step_time
+    def clock(self, client, round_, rng, now=0.0, work=None):
+        return FixedClock(self.step_time)
 
     def min_step_time(self):
         return self.step_time
@@ -52,52 +174,207 @@ class ConstantCompute(ComputeModel):
 
 @dataclass
 class InstantCompute(ComputeModel):
-    """Local steps take no virtual time (must be asked for explicitly: `model: instant`)."""
+    """Local steps take no virtual time (asked for explicitly: `model: instant`)."""
 
     name: str = "instant"
 
-    def duration(self, client, round_, steps, rng):
-        return 0.0
+    def clock(self, client, round_, rng, now=0.0, work=None):
+        return FixedClock(0.0)
 
 
 @dataclass
-class _RandomStepTime(ComputeModel):
-    """A step-time distribution with a redraw policy.
-
-    redraw = 'step':   every step's time is an independent draw (sum of `steps` draws);
-    redraw = 'round':  one step time per client per round, all steps of the round take it;
-    redraw = 'client': one step time per client, drawn at its first use, fixed for the run.
-    """
+class RandomStepTime(ComputeModel):
+    """A step-time distribution with a redraw policy:
+    'step'   every step's time is an independent draw (per-step jitter);
+    'round'  one step time per client per round (the device's speed this round);
+    'client' one step time per client, drawn at its first use, fixed for the whole run."""
 
     redraw: str = "round"
     _fixed: dict = field(default_factory=dict, repr=False)
 
-    def _draw(self, rng: np.random.Generator, size=None):
+    def draw(self, rng: np.random.Generator, size=None):
         raise NotImplementedError
 
-    def duration(self, client, round_, steps, rng):
-        if steps <= 0:
-            return 0.0
+    def clock(self, client, round_, rng, now=0.0, work=None):
         if self.redraw == "step":
-            return float(np.sum(self._draw(rng, steps)))
+            return DrawClock(lambda n: self.draw(rng, n))
         if self.redraw == "client":
             if client not in self._fixed:
-                self._fixed[client] = float(self._draw(rng))
-            return steps * self._fixed[client]
-        return steps * float(self._draw(rng))
+                self._fixed[client] = float(self.draw(rng))
+            return FixedClock(self._fixed[client])
+        return FixedClock(float(self.draw(rng)))
 
 
 @dataclass
-class LognormalCompute(_RandomStepTime):
-    """Step time ~ LogNormal with the given *mean* (seconds) and log-space sigma.
-
-    mu is chosen so that E[step time] = mean_step_time: mu = ln(mean) - sigma^2 / 2.
-    """
+class LognormalCompute(RandomStepTime):
+    """Step time ~ LogNormal with E[step] = mean_step_time: mu = ln(mean) - sigma^2/2."""
 
     mean_step_time: float = 1.0
     sigma: float = 0.5
     name: str = "lognormal"
 
-    def _draw(self, rng, size=None):
-        mu = math.log(self.mean_step_time) - 0.5 * self.sigma**2
-        return rng.lognormal(mu, self.sigma, size)
+    def draw(self, rng, size=None):
+        return rng.lognormal(math.log(self.mean_step_time) - 0.5 * self.sigma ** 2, self.sigma, size)
+
+
+@dataclass
+class NormalCompute(RandomStepTime):
+    """Step time ~ Normal(mean, std) truncated below at `floor` (> 0) by redrawing."""
+
+    mean_step_time: float = 1.0
+    std: float = 0.1
+    floor: float = 1e-3
+    name: str = "normal"
+
+    def draw(self, rng, size=None):
+        n = 1 if size is None else size
+        out = rng.normal(self.mean_step_time, self.std, n)
+        bad = out < self.floor
+        tries = 0
+        while bad.any():
+            out[bad] = rng.normal(self.mean_step_time, self.std, int(bad.sum()))
+            bad = out < self.floor
+            tries += 1
+            if tries > 1000:
+                out[bad] = self.floor
+                break
+        return out[0] if size is None else out
+
+    def min_step_time(self):
+        return self.floor
+
+
+@dataclass
+class UniformCompute(RandomStepTime):
+    """Step time ~ Uniform(low, high), low > 0."""
+
+    low: float = 0.5
+    high: float = 1.5
+    name: str = "uniform"
+
+    def draw(self, rng, size=None):
+        return rng.uniform(self.low, self.high, size)
+
+    def min_step_time(self):
+        return self.low
+
+
+@dataclass
+class ExponentialCompute(RandomStepTime):
+    """Step time ~ Exponential with the given mean."""
+
+    mean_step_time: float = 1.0
+    name: str = "exponential"
+
+    def draw(self, rng, size=None):
+        return rng.exponential(self.mean_step_time, size)
+
+
+@dataclass
+class IterationsCompute(ComputeModel):
+    """The number of local iterations a client completes per `period` seconds is given
+    directly (T-SFL Cases 1-3): `fixed` iterations, or floor(N(mean, std)) redrawn every
+    round (clipped at 0). Each iteration then takes period / tau seconds (inf when tau = 0),
+    so exactly tau iterations fit in one period (T-SFL spec section 2.3)."""
+
+    period: float = 1.0
+    fixed: Optional[int] = None
+    mean: Optional[float] = None
+    std: float = 0.0
+    name: str = "iterations"
+    _last: dict = field(default_factory=dict, repr=False)
+
+    def iterations(self, client, round_, rng) -> int:
+        """tau of this client in this round (one draw per client per round, cached)."""
+        key = (client, round_)
+        if key not in self._last:
+            if self.fixed is not None:
+                tau = int(self.fixed)
+            else:
+                tau = max(0, int(math.floor(rng.normal(self.mean, self.std))))
+            if len(self._last) > 100_000:   # only the current round is ever asked again
+                self._last.clear()
+            self._last[key] = tau
+        return self._last[key]
+
+    def clock(self, client, round_, rng, now=0.0, work=None):
+        tau = self.iterations(client, round_, rng)
+        return FixedClock(self.period / tau if tau > 0 else math.inf)
+
+
+@dataclass
+class FlopsCompute(ComputeModel):
+    """Step time = training FLOPs of one step / the device's effective FLOP rate.
+    A training step ~ 3 forward passes; a forward pass ~ 2 x MACs per sample
+    (workloads spec section 3), so flops_per_step = 6 x MACs x batch (computed by the caller)."""
+
+    gflops: float = 1.0           # effective GFLOP/s of the device
+    name: str = "flops"
+
+    def clock(self, client, round_, rng, now=0.0, work=None):
+        if work is None or work.flops_per_step <= 0:
+            raise ValueError("the flops compute model needs the model's FLOPs per step")
+        return FixedClock(work.flops_per_step / (self.gflops * 1e9))
+
+    def min_step_time(self):
+        return 0.0
+
+
+#: Illustrative effective training throughputs (GFLOP/s actually sustained on small CNNs,
+#: well below peak). They are orders of magnitude, not measurements of specific devices.
+DEVICE_PROFILES = {
+    "low_end_phone": 2.0,
+    "high_end_phone": 20.0,
+    "laptop_cpu": 50.0,
+    "edge_gpu": 300.0,
+    "datacenter_gpu": 10_000.0,
+}
+
+
+def read_step_trace(path) -> dict:
+    """CSV with columns client, start and step_time (seconds per step) or sample_time
+    (seconds per sample of a training step) or speed (steps per second): the value holds
+    from `start` until the client's next row. Returns {trace client: (starts, kind, values)}."""
+    rows: dict = {}
+    with open(path, newline="") as f:
+        r = csv.DictReader(f)
+        cols = set(r.fieldnames or ())
+        kind = next((k for k in ("step_time", "sample_time", "speed") if k in cols), None)
+        if not {"client", "start"} <= cols or kind is None:
+            raise ValueError(f"{path}: needs columns client, start and one of step_time, sample_time, speed")
+        for line in r:
+            v = float(line[kind])
+            if not v > 0:
+                raise ValueError(f"{path}: {kind} must be > 0 (client {line['client']}, start {line['start']})")
+            rows.setdefault(line["client"], []).append((float(line["start"]), v))
+    out = {}
+    for c, lst in rows.items():
+        lst.sort()
+        out[c] = ([s for s, _ in lst], kind, [v for _, v in lst])
+    return out
+
+
+@dataclass
+class TraceCompute(ComputeModel):
+    """Replays per-client step times (or speeds) over virtual time from a CSV
+    (see `read_step_trace`). Client k of the group uses the trace's k-th client (sorted
+    ids, wrapping); before a client's first `start` its first value applies."""
+
+    trace: dict = field(default_factory=dict)
+    members: Sequence[int] = ()
+    name: str = "trace"
+
+    def __post_init__(self):
+        ids = sorted(self.trace, key=lambda s: (len(s), s))
+        self._map = {c: ids[i % len(ids)] for i, c in enumerate(self.members)} if ids else {}
+
+    def clock(self, client, round_, rng, now=0.0, work=None):
+        starts, kind, vals = self.trace[self._map[client]]
+        if kind == "speed":
+            steps = [1.0 / v for v in vals]
+        elif kind == "sample_time":
+            steps = [v * (work.batch if work else 1) for v in vals]
+        else:
+            steps = list(vals)
+        starts = [min(starts[0], now)] + list(starts[1:])
+        return RateClock(now, starts, steps)

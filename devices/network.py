@@ -1,47 +1,240 @@
-"""Network links: how long a message of `nbytes` takes between a client and the server.
+"""Network: links between clients and the server, dedicated or shared.
 
-Transfer time over a dedicated link = latency + nbytes * 8 / (mbps * 1e6) seconds
-(1 Mbps = 10^6 bit/s). Message sizes come from what the algorithm sends:
-bytes = bytes_per_param x parameters + overhead_bytes per message.
+- A dedicated link moves a message of `nbytes` in  latency + nbytes * 8 / (mbps * 1e6)
+  seconds (1 Mbit/s = 10^6 bit/s), plus an optional random jitter on the latency.
+- Shared links (a `server_link` all clients pass through, or a networkx topology) use a
+  flow-level model: every transfer is a flow along a path of directed links; whenever a
+  flow starts or ends, the rates of all flows are recomputed max-min fairly (progressive
+  filling) and each flow progresses at its rate. A flow first waits its path's latency,
+  then sends its bits.
+Bytes per message = parameters x bytes_per_param x compression + overhead.
 """
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Hashable, Optional, Sequence
+
+import numpy as np
 
 
-def message_bytes(numel: int, bytes_per_param: int = 4, overhead_bytes: int = 0) -> int:
+def message_bytes(numel: int, bytes_per_param: int = 4, overhead_bytes: int = 0,
+                  compression: float = 1.0) -> int:
     """Bytes on the wire for one message carrying `numel` parameters."""
-    return int(numel) * int(bytes_per_param) + int(overhead_bytes)
+    return int(math.ceil(int(numel) * int(bytes_per_param) * compression)) + int(overhead_bytes)
 
 
 @dataclass
 class Link:
-    """A dedicated client<->server link: latency (s), uplink and downlink bandwidth (Mbit/s)."""
+    """A client's own link: latency (s), uplink and downlink bandwidth (Mbit/s).
+    `jitter`: mean of an exponential extra latency per message (0: none).
+    `spread`: each client's bandwidths are scaled by a factor ~ LogNormal(-spread^2/2, spread)
+    (mean 1) drawn once per client."""
 
     latency: float
     up_mbps: float
     down_mbps: float
+    jitter: float = 0.0
+    spread: float = 0.0
+    _factor: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if not (self.latency >= 0 and math.isfinite(self.latency)):
             raise ValueError(f"latency must be >= 0, got {self.latency}")
         for k in ("up_mbps", "down_mbps"):
-            v = getattr(self, k)
-            if not (v > 0):
-                raise ValueError(f"{k} must be > 0, got {v}")
+            if not (getattr(self, k) > 0):
+                raise ValueError(f"{k} must be > 0, got {getattr(self, k)}")
 
-    def transfer_time(self, nbytes: int, direction: str) -> float:
-        """Seconds to move `nbytes` in `direction` ('up' or 'down')."""
+    def factor(self, client: int, rng: Optional[np.random.Generator]) -> float:
+        if self.spread <= 0:
+            return 1.0
+        if client not in self._factor:
+            self._factor[client] = float(rng.lognormal(-0.5 * self.spread ** 2, self.spread))
+        return self._factor[client]
+
+    def bandwidth_bps(self, direction: str, client: int = 0, rng=None) -> float:
         mbps = self.up_mbps if direction == "up" else self.down_mbps
-        return self.latency + nbytes * 8.0 / (mbps * 1e6)
+        return mbps * 1e6 * self.factor(client, rng)
+
+    def delay(self, rng=None) -> float:
+        """Latency of one message (with its jitter draw)."""
+        return self.latency + (rng.exponential(self.jitter) if self.jitter > 0 else 0.0)
+
+    def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None) -> float:
+        """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone."""
+        return self.delay(rng) + nbytes * 8.0 / self.bandwidth_bps(direction, client, rng)
 
 
 @dataclass
 class InstantLink:
-    """A link that takes no time (must be asked for explicitly: `network: instant`)."""
+    """A link that takes no time (asked for explicitly: `network: instant`)."""
 
     latency: float = 0.0
+    jitter: float = 0.0
 
-    def transfer_time(self, nbytes: int, direction: str) -> float:
+    def bandwidth_bps(self, direction, client=0, rng=None):
+        return math.inf
+
+    def delay(self, rng=None):
         return 0.0
+
+    def transfer_time(self, nbytes, direction, client=0, rng=None):
+        return 0.0
+
+
+# ============================================================================ max-min fairness
+def max_min_rates(flows: dict, capacity: dict) -> dict:
+    """Max-min fair rates by progressive filling.
+    flows: {flow id: [link ids on its path]}, capacity: {link id: bits/s (may be inf)}.
+    Repeatedly the link with the smallest fair share (remaining capacity / unfrozen flows
+    through it) fixes the rate of all its unfrozen flows."""
+    rates = {}
+    remaining = dict(capacity)
+    active = {f: list(p) for f, p in flows.items()}
+    while active:
+        count: dict = {}
+        for f, path in active.items():
+            for l in path:
+                count[l] = count.get(l, 0) + 1
+        best, share = None, math.inf
+        for l, n in count.items():
+            s = remaining[l] / n
+            if s < share:
+                best, share = l, s
+        if best is None:   # flows over no finite link
+            for f in active:
+                rates[f] = math.inf
+            break
+        done = [f for f, path in active.items() if best in path]
+        for f in done:
+            rates[f] = share
+            for l in active[f]:
+                remaining[l] = max(0.0, remaining[l] - share)
+            del active[f]
+    return rates
+
+
+class Flow:
+    __slots__ = ("id", "path", "bits", "rate", "done", "started")
+
+    def __init__(self, fid, path, bits, done):
+        self.id, self.path, self.bits, self.rate, self.done = fid, path, float(bits), 0.0, done
+        self.started = False
+
+
+class FlowNetwork:
+    """Flows over directed links with max-min fair sharing, in SimPy virtual time.
+
+    `send(path, bits, latency)` returns a `Transfer` whose `event` fires when the last bit
+    arrives; `Transfer.cancel()` removes the flow (a client that went offline)."""
+
+    EPS = 1e-9   # bits
+
+    def __init__(self, env, capacity: dict):
+        self.env = env
+        self.capacity = dict(capacity)    # link id -> bits/s
+        self.flows: dict = {}
+        self._ids = itertools.count()
+        self._last = 0.0
+        self._gen = 0
+        self.recomputes = 0
+
+    def send(self, path: Sequence[Hashable], bits: float, latency: float = 0.0) -> "Transfer":
+        tr = Transfer(self, list(path), bits, self.env.event())
+        if latency > 0:
+            tr._start_ev = self.env.timeout(latency)
+            tr._start_ev.callbacks.append(lambda _ev: tr._begin())
+        else:
+            tr._begin()
+        return tr
+
+    # -- flow bookkeeping -----------------------------------------------------------
+    def _advance(self):
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0:
+            for f in self.flows.values():
+                f.bits -= f.rate * dt
+        self._last = now
+
+    def _add(self, flow):
+        self._advance()
+        self.flows[flow.id] = flow
+        self._reschedule()
+
+    def _remove(self, flow):
+        if flow.id in self.flows:
+            self._advance()
+            del self.flows[flow.id]
+            self._reschedule()
+
+    def _reschedule(self):
+        self.recomputes += 1
+        self._gen += 1
+        gen = self._gen
+        rates = max_min_rates({f.id: f.path for f in self.flows.values()}, self.capacity)
+        nxt = math.inf
+        for f in self.flows.values():
+            f.rate = rates[f.id]
+            t = 0.0 if f.bits <= self.EPS else (f.bits / f.rate if f.rate > 0 else math.inf)
+            nxt = min(nxt, t)
+        if math.isfinite(nxt):
+            ev = self.env.timeout(nxt)
+            ev.callbacks.append(lambda _ev: self._on_timer(gen))
+
+    def _on_timer(self, gen):
+        if gen != self._gen:
+            return
+        self._advance()
+        finished = [f for f in self.flows.values() if f.bits <= self.EPS * max(1.0, f.rate)]
+        for f in finished:
+            del self.flows[f.id]
+        self._reschedule()
+        for f in finished:
+            f.done.succeed()
+
+
+class Transfer:
+    def __init__(self, net, path, bits, event):
+        self.net, self.event = net, event
+        self.flow = Flow(next(net._ids), path, bits, event)
+        self._start_ev = None
+        self.cancelled = False
+
+    def _begin(self):
+        if self.cancelled:
+            return
+        self.flow.started = True
+        if self.flow.bits <= 0:
+            self.event.succeed()
+            return
+        self.net._add(self.flow)
+
+    def cancel(self):
+        self.cancelled = True
+        if self.flow.started:
+            self.net._remove(self.flow)
+
+
+def build_topology(nodes: Sequence[str], links: Sequence[dict]):
+    """A networkx graph from YAML-style node names and links {a, b, mbps, latency}."""
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(nodes)
+    for ln in links:
+        for end in (ln["a"], ln["b"]):
+            if end not in g:
+                raise ValueError(f"link {ln['a']}-{ln['b']} names unknown node {end!r}")
+        g.add_edge(ln["a"], ln["b"], mbps=float(ln["mbps"]), latency=float(ln.get("latency", 0.0)))
+    return g
+
+
+def route(graph, src: str, dst: str):
+    """Shortest path by latency (ties: fewest hops): list of directed edges and total latency."""
+    import networkx as nx
+
+    path = nx.shortest_path(graph, src, dst, weight=lambda u, v, d: d["latency"] + 1e-12)
+    edges = list(zip(path[:-1], path[1:]))
+    return edges, sum(graph.edges[u, v]["latency"] for u, v in edges)

@@ -1,8 +1,13 @@
-"""Server-side selection: which of the available clients the server asks to train."""
+"""Server-side selection: which of the available clients the server asks to train.
+
+`select(round_, available, num_clients, rng)` returns sorted client ids. Rounds count from 1.
+`rng` is the run's long-lived `selection` stream, drawn in round order. Patterns follow the
+FedSUM spec section 2.2 (Cases 1, 3, 4; biased App. H.8).
+"""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -12,23 +17,27 @@ class Selection:
     name: str = "?"
 
     def select(self, round_: int, available: Sequence[int], num_clients: int,
-               rng: np.random.Generator) -> list[int]:
+               rng: np.random.Generator) -> list:
         raise NotImplementedError
+
+
+def _count(k, fraction, n) -> int:
+    if k is not None:
+        return int(k)
+    return max(1, math.ceil(fraction * n - 1e-9))
 
 
 @dataclass
 class UniformSelection(Selection):
-    """k clients drawn uniformly without replacement among the available ones
-    (all of them when fewer than k are available). `fraction` gives k = ceil(fraction * N)."""
+    """k clients drawn uniformly without replacement among the available ones (all of them
+    when fewer than k are available); `fraction` gives k = ceil(fraction * N) (FedSUM Case 1)."""
 
     k: Optional[int] = None
     fraction: Optional[float] = None
     name: str = "uniform"
 
-    def count(self, num_clients: int) -> int:
-        if self.k is not None:
-            return self.k
-        return max(1, math.ceil(self.fraction * num_clients - 1e-9))
+    def count(self, n):
+        return _count(self.k, self.fraction, n)
 
     def select(self, round_, available, num_clients, rng):
         k = self.count(num_clients)
@@ -47,3 +56,77 @@ class AllSelection(Selection):
 
     def select(self, round_, available, num_clients, rng):
         return sorted(available)
+
+
+@dataclass
+class CyclicSelection(Selection):
+    """Deterministic cyclic (FedSUM Case 3): a fixed order; round t takes the next block of S
+    consecutive clients, wrapping: S^t = {((t-1) S + j) mod N : j = 0..S-1}. Clients of the
+    block that are not available are skipped, not replaced."""
+
+    k: Optional[int] = None
+    fraction: Optional[float] = None
+    name: str = "cyclic"
+
+    def select(self, round_, available, num_clients, rng):
+        S = _count(self.k, self.fraction, num_clients)
+        block = {((round_ - 1) * S + j) % num_clients for j in range(S)}
+        return sorted(block.intersection(available))
+
+
+@dataclass
+class ReshuffledCyclicSelection(Selection):
+    """Reshuffled cyclic (FedSUM Case 4): at the start of each epoch of M = ceil(N/S) rounds a
+    fresh random permutation; round t takes block (t-1) mod M of it (the last block is
+    smaller when S does not divide N). Unavailable clients of the block are skipped."""
+
+    k: Optional[int] = None
+    fraction: Optional[float] = None
+    name: str = "reshuffled_cyclic"
+    _epoch: int = field(default=-1, repr=False)
+    _perm: Optional[np.ndarray] = field(default=None, repr=False)
+
+    def select(self, round_, available, num_clients, rng):
+        S = _count(self.k, self.fraction, num_clients)
+        M = -(-num_clients // S)
+        epoch, b = divmod(round_ - 1, M)
+        while self._epoch < epoch:       # one permutation per epoch, drawn in epoch order
+            self._perm = rng.permutation(num_clients)
+            self._epoch += 1
+        block = set(int(c) for c in self._perm[b * S:(b + 1) * S])
+        return sorted(block.intersection(available))
+
+
+@dataclass
+class BiasedSelection(Selection):
+    """Each available client is selected independently with its own probability p_i.
+    `p`: one number for all, or a list (one per client); or a staircase decreasing with
+    the client index: p_i = max(floor, start - step * floor(i / every)) (0-based i; FedSUM
+    App. H.8 is start 0.5, step 0.05, every 11, floor 0.05)."""
+
+    p: object = None
+    start: Optional[float] = None
+    step: float = 0.0
+    every: int = 1
+    floor: float = 0.0
+    name: str = "biased"
+    _probs: Optional[np.ndarray] = field(default=None, repr=False)
+
+    def probs(self, n) -> np.ndarray:
+        if self._probs is None or len(self._probs) != n:
+            if self.p is not None:
+                p = np.full(n, float(self.p)) if np.isscalar(self.p) else np.asarray(self.p, float)
+                if len(p) != n:
+                    raise ValueError(f"{len(p)} probabilities for {n} clients")
+            else:
+                i = np.arange(n)
+                p = np.maximum(self.floor, self.start - self.step * (i // self.every))
+            self._probs = np.clip(p, 0.0, 1.0)
+        return self._probs
+
+    def select(self, round_, available, num_clients, rng):
+        p = self.probs(num_clients)
+        u = rng.random(num_clients)          # one draw per client per round, whether available or not
+        avail = np.zeros(num_clients, dtype=bool)
+        avail[list(available)] = True
+        return sorted(np.flatnonzero(avail & (u < p)).tolist())

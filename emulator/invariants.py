@@ -45,11 +45,11 @@ def check(world, metrics, clients) -> list:
     ran.append("bytes")
     net = world.network
     for log in world.recorder.rounds:
-        for numel, nb in log.messages:
-            if nb != numel * net.bytes_per_param + net.overhead:
+        for numel, nb, direction in log.messages:
+            if nb != net.message_bytes(numel, direction):
                 bad.append(f"round {log.round}: a message of {numel} parameters counted as {nb} bytes")
                 break
-        sent = sum(nb for _, nb in log.messages)
+        sent = sum(m[1] for m in log.messages)
         if sent != int(log.bytes_up.sum() + log.bytes_down.sum()):
             bad.append(f"round {log.round}: bytes recorded per client do not add up to the messages sent")
     if len(metrics) and "bytes_up" in metrics:

@@ -23,7 +23,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
                       create_model, field_validator, model_validator)
 
-from . import registry
+from . import fleet, registry
 from .errors import ScenarioError
 from .registry import Params
 
@@ -120,6 +120,7 @@ def schema() -> type:
         compute: T["ComputeSpec"] = Field(description="step-time model; required (`{model: instant}` for zero)")
         network: T["NetworkSpec"] = Field(description="link model; required (`instant` for zero)")
         availability: T["AvailabilitySpec"] = Field(default_factory=lambda: member("availability", "always"), description="client-side availability")
+        energy: Optional[fleet.EnergyParams] = Field(None, description="power draw {compute_watts, transmit_watts, idle_watts}: energy_j per client per round")
 
     class Clients(Params):
         """The fleet."""
@@ -159,9 +160,12 @@ def schema() -> type:
             return self
 
     class NetworkSettings(Params):
-        """Fleet-wide message accounting."""
+        """Fleet-wide network: message accounting, shared links."""
         bytes_per_param: int = Field(4, ge=1, description="bytes per parameter on the wire (float32: 4)")
         overhead_bytes: int = Field(0, ge=0, description="bytes added to every message (headers)")
+        compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
+        server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
+        topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
 
     class Output(Params):
         """Where and what the run writes."""
@@ -187,6 +191,12 @@ def schema() -> type:
         def _cross(self):
             if (self.workload is None) == (self.workloads is None):
                 raise ValueError("give exactly one of `workload` (one model) or `workloads` (a list, multi-model)")
+            topo = self.network.topology
+            if topo is not None:
+                groups = {g.name for g in self.clients.groups}
+                unknown = sorted(set(topo.attach) - groups)
+                if unknown:
+                    raise ValueError(f"network.topology.attach names unknown groups {unknown}; groups are {sorted(groups)}")
             algo = registry.get("algorithm", self.algorithm.name).factory
             if self.protocol.name not in algo.supports:
                 raise ValueError(f"algorithm {self.algorithm.name} does not run under protocol "

@@ -1,4 +1,4 @@
-"""A client device: its compute, link and availability models, and its current state."""
+"""A client device: its group's compute, link and availability models, and its state."""
 from __future__ import annotations
 
 import enum
@@ -25,19 +25,26 @@ class State(str, enum.Enum):
 class Client:
     id: int
     group: str
-    compute: Any          # devices.compute.ComputeModel
-    link: Any             # devices.network.Link / InstantLink
-    availability: Any     # devices.availability.Availability
+    group_index: int
+    compute: Any          # devices.compute.ComputeModel (shared by the group)
+    link: Any             # devices.network.Link / InstantLink (shared by the group)
+    availability: Any     # devices.availability.Availability (shared by the group, bound to it)
     streams: Any          # emulator.rng.Streams
+    energy: Any = None    # fleet.EnergyParams or None
+    work: dict = field(default_factory=dict)   # task -> devices.compute.Work (FLOPs per step)
     state: State = State.IDLE
-    _rng_compute: Optional[np.random.Generator] = field(default=None, repr=False)
+    _rngs: dict = field(default_factory=dict, repr=False)
 
-    @property
-    def rng_compute(self) -> np.random.Generator:
-        if self._rng_compute is None:
-            self._rng_compute = self.streams.generator("compute", self.id)
-        return self._rng_compute
+    def rng(self, name: str) -> np.random.Generator:
+        """This client's own long-lived stream `name` (compute, network, ...)."""
+        g = self._rngs.get(name)
+        if g is None:
+            g = self._rngs[name] = self.streams.generator(name, self.id)
+        return g
 
-    def compute_time(self, round_: int, steps: int) -> float:
-        """Virtual seconds for `steps` local steps in `round_` (draws from this client's stream)."""
-        return self.compute.duration(self.id, round_, steps, self.rng_compute)
+    def clock(self, round_: int, now: float, task: int = 0):
+        """The step clock of this client in this round (devices.compute.StepClock)."""
+        return self.compute.clock(self.id, round_, self.rng("compute"), now, self.work.get(task))
+
+    def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0) -> float:
+        return self.clock(round_, now, task).time(steps)

@@ -1,21 +1,78 @@
-"""Transfers in virtual time over the clients' links (a star of independent links)."""
+"""Transfers in virtual time: over dedicated links (a timeout each), or as flows that share
+a server link or a topology max-min fairly (devices.network.FlowNetwork)."""
 from __future__ import annotations
 
-from devices.network import message_bytes
+import math
+
+from devices.network import FlowNetwork, build_topology, message_bytes, route
+
+
+class _Timed:
+    """A transfer over a dedicated link: one timeout; cancelling needs no bookkeeping."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event):
+        self.event = event
+
+    def cancel(self):
+        pass
 
 
 class NetworkSim:
-    def __init__(self, env, settings):
+    def __init__(self, env, settings, clients, groups):
         self.env = env
         self.bytes_per_param = settings.bytes_per_param
         self.overhead = settings.overhead_bytes
+        self.compression = {"up": settings.compression.up, "down": settings.compression.down}
+        self.flows = None
+        self.paths = {}
+        if settings.server_link is not None or settings.topology is not None:
+            self._build_flows(settings, clients, groups)
 
-    def message_bytes(self, numel: int) -> int:
-        return message_bytes(numel, self.bytes_per_param, self.overhead)
+    def message_bytes(self, numel: int, direction: str = "up") -> int:
+        return message_bytes(numel, self.bytes_per_param, self.overhead, self.compression[direction])
 
-    def transfer_time(self, client, nbytes: int, direction: str) -> float:
-        return client.link.transfer_time(nbytes, direction)
+    def _build_flows(self, settings, clients, groups):
+        cap = {}
+        for c in clients:
+            for d in ("up", "down"):
+                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, c.rng("network"))
+        shared = {"up": [], "down": []}
+        lat = {}
+        if settings.server_link is not None:
+            sl = settings.server_link
+            cap[("server", "up")] = sl.up_mbps * 1e6
+            cap[("server", "down")] = sl.down_mbps * 1e6
+            shared = {"up": [("server", "up")], "down": [("server", "down")]}
+        topo = settings.topology
+        for g in groups:
+            path_lat = settings.server_link.latency if settings.server_link is not None else 0.0
+            up, down = list(shared["up"]), list(shared["down"])
+            if topo is not None:
+                graph = build_topology(topo.nodes, [l.model_dump() for l in topo.links])
+                node = topo.attach.get(g.name, topo.server)
+                edges, tl = route(graph, node, topo.server)
+                path_lat += tl
+                for u, v in edges:
+                    mbps = graph.edges[u, v]["mbps"] * 1e6
+                    cap[("edge", u, v)] = mbps
+                    cap[("edge", v, u)] = mbps
+                up += [("edge", u, v) for u, v in edges]
+                down += [("edge", v, u) for u, v in reversed(edges)]
+            lat[g.name] = (path_lat, up, down)
+        for c in clients:
+            pl, up, down = lat[c.group]
+            self.paths[c.id] = (pl, {"up": up, "down": down})
+        self.flows = FlowNetwork(self.env, cap)
 
     def transfer(self, client, nbytes: int, direction: str):
-        """A SimPy event that fires when the message has arrived."""
-        return self.env.timeout(self.transfer_time(client, nbytes, direction))
+        """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`."""
+        if self.flows is None:
+            return _Timed(self.env.timeout(client.link.transfer_time(nbytes, direction, client.id,
+                                                                     client.rng("network"))))
+        pl, paths = self.paths[client.id]
+        path = [("client", client.id, direction)]
+        if math.isinf(self.flows.capacity[path[0]]):
+            path = []
+        return self.flows.send(path + paths[direction], nbytes * 8.0, pl + client.link.delay(client.rng("network")))

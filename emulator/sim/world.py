@@ -85,6 +85,20 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec) -> Task:
     return Task(index, data, net, algo, batch, evaluate, sizes, path)
 
 
+class _GroupRngs:
+    """Random streams of one device group's availability model: the group's stream for a
+    round (vectorised per-round draws) and each client's own long-lived stream."""
+
+    def __init__(self, streams, group: int):
+        self.streams, self.group = streams, group
+
+    def round(self, r: int):
+        return self.streams.keyed("availability.round", self.group, r)
+
+    def client(self, c: int):
+        return self.streams.generator("availability.client", c)
+
+
 class World:
     def __init__(self, sc, progress: Optional[Callable] = None):
         self.sc = sc
@@ -104,9 +118,15 @@ class World:
                       for i, wl in enumerate(sc.workload_list)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()
-        self.network = NetworkSim(self.env, sc.network)
+        self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
                                  multi_model=multi)
+        self.group_members = []
+        for gi in range(len(self.groups)):
+            members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
+            self.group_members.append((members, self.clients[members[0]].availability))
+        self.time_availability = any(m.kind == "time" for _, m in self.group_members)
+        self._check_flops()
         proto = registry.get("protocol", sc.protocol.name)
         self.protocol = proto.factory(self, sc.protocol)
         self.wall0 = None
@@ -116,18 +136,39 @@ class World:
 
     # -- construction -----------------------------------------------------------------
     def _build_clients(self) -> list:
-        out = []
-        cid = 0
-        for g, n in zip(self.sc.clients.groups, group_sizes(self.sc.clients)):
-            for _ in range(n):
-                # one device-model object per client: models with per-client state stay separate
-                out.append(Client(cid, g.name,
-                                  registry.get("compute", g.compute.model).factory(g.compute),
-                                  registry.get("network", g.network.model).factory(g.network),
-                                  registry.get("availability", g.availability.model).factory(g.availability),
-                                  self.streams))
-                cid += 1
-        return out
+        """One compute / link / availability object per device group, shared by its clients
+        (per-client state lives inside the models, keyed by client id)."""
+        from devices.compute import Work
+        from ..fleet import GroupContext
+        from ..workloads.models import forward_macs
+
+        sc = self.sc
+        base = None
+        clients, self.groups = [], []
+        sizes = group_sizes(sc.clients)
+        labels = self.tasks[0].data.label_histograms() if self.tasks[0].data.task == "classification" else None
+        macs = [forward_macs(t.net.module, t.data.input_shape) if t.data.task == "classification" else 0
+                for t in self.tasks]
+        start = 0
+        for gi, (g, n) in enumerate(zip(sc.clients.groups, sizes)):
+            members = np.arange(start, start + n)
+            start += n
+            ctx = GroupContext(members=members, labels=None if labels is None else labels[members], base_dir=base)
+            try:
+                compute = registry.get("compute", g.compute.model).factory(g.compute, ctx)
+                link = registry.get("network", g.network.model).factory(g.network, ctx)
+                avail = registry.get("availability", g.availability.model).factory(g.availability, ctx)
+                avail.bind(members, _GroupRngs(self.streams, gi), ctx.labels)
+            except ValueError as e:
+                raise ScenarioError([(f"clients.groups[{gi}]", str(e))])
+            self.groups.append(g)
+            for cid in members:
+                c = Client(int(cid), g.name, gi, compute, link, avail, self.streams, g.energy)
+                for t, m in zip(self.tasks, macs):
+                    b = min(t.batch_size or 10**12, int(t.client_sizes[cid]))
+                    c.work[t.index] = Work(flops_per_step=6.0 * m * b, batch=b)
+                clients.append(c)
+        return clients
 
     def _build_executor(self):
         tasks = {}
@@ -161,9 +202,22 @@ class World:
             until = self.env.any_of([proc, self.env.timeout(self.sc.run.virtual_time)])
         try:
             self.env.run(until=until)
-            self.status = "complete"
+            if self.status == "running":
+                self.status = "complete"
         except DivergedError as e:
             self.status, self.message = "diverged", str(e)
+
+    def stall(self, why: str) -> None:
+        """The run cannot make progress: stop it (status `stalled`), keeping what was recorded."""
+        self.status, self.message = "stalled", why
+
+    def _check_flops(self):
+        for gi, g in enumerate(self.groups):
+            if g.compute.model == "flops":
+                for t in self.tasks:
+                    if t.data.task != "classification":
+                        raise ScenarioError([(f"clients.groups[{gi}].compute.model",
+                                              f"the flops model needs a neural network; {t.data.name} has no FLOPs count")])
 
     def wall(self) -> float:
         return time.perf_counter() - self.wall0

@@ -16,6 +16,10 @@ from ...errors import DivergedError
 from ..client import State
 
 
+class _WentOffline(Exception):
+    """The client's online period ended while it was working."""
+
+
 class Gate:
     """Counts a round's outcomes and fires `done` once `need` uploads arrived or every
     participant arrived or failed (DESIGN: wait on a counter and one event, not AllOf)."""
@@ -73,43 +77,60 @@ class Protocol:
         spe = steps_per_epoch(int(task.client_sizes[client_id]), task.batch_size)
         return max(1, int(math.ceil(p.local_epochs * spe - 1e-9)))
 
-    def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival):
+    def offline_watch(self, client):
+        """An event that fires when the client's current online period ends (None: never
+        before it finishes, for per-round availability models)."""
+        until = client.availability.online_until(client.id, self.env.now)
+        if math.isinf(until):
+            return None
+        return self.env.timeout(max(0.0, until - self.env.now))
+
+    def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival, on_fail=None):
         """A client's round as a SimPy process: download the broadcast, compute `steps`
         local steps (one timeout: nothing can change the outcome in between), upload.
-        An `Interrupt` (round closed, client went offline) records the partial times and
-        a drop. `on_arrival(client_id, upload, steps)` is called when the upload lands."""
+        Going offline (continuous-time availability) or an `Interrupt` (the round closed)
+        stops it: partial times are recorded, the client is recorded as dropped, and its
+        update never reaches the aggregate. `on_arrival(client_id, upload, steps)` is called
+        when the upload lands; `on_fail(client_id)` when the client went offline."""
         env, w = self.env, self.world
         cid = client.id
         phase, t0, planned, dur = State.DOWNLOADING, env.now, steps, 0.0
+        offline = self.offline_watch(client)
+        current = None
         try:
-            nb = w.network.message_bytes(bc.numel)
+            nb = w.network.message_bytes(bc.numel, "down")
             self.set_state(client, State.DOWNLOADING, t)
-            yield w.network.transfer(client, nb, "down")
+            current = w.network.transfer(client, nb, "down")
+            yield from self._wait(current.event, offline)
             log.comm_time[cid] += env.now - t0
             log.bytes_down[cid] += nb
-            log.messages.append((bc.numel, nb))
+            log.messages.append((bc.numel, nb, "down"))
 
             spec = task.algorithm.local_spec(cid, t, bc)
-            dur = client.compute_time(t, steps)
+            dur = client.compute_time(t, steps, env.now, task.index)
             fut = w.executor.submit(TrainJob(task.index, cid, t, steps, spec, task.batch_size))
-            phase, t0 = State.COMPUTING, env.now
+            phase, t0, current = State.COMPUTING, env.now, None
             self.set_state(client, State.COMPUTING, t, f"{steps} steps")
             if dur > 0:
-                yield env.timeout(dur)
+                yield from self._wait(env.timeout(dur), offline)
             log.steps[cid] = steps
             log.compute_time[cid] = dur
 
             up = task.algorithm.upload(cid, t, fut)
-            nb = w.network.message_bytes(up.numel)
+            nb = w.network.message_bytes(up.numel, "up")
             phase, t0 = State.UPLOADING, env.now
             self.set_state(client, State.UPLOADING, t)
-            yield w.network.transfer(client, nb, "up")
+            current = w.network.transfer(client, nb, "up")
+            yield from self._wait(current.event, offline)
             log.comm_time[cid] += env.now - t0
             log.bytes_up[cid] += nb
-            log.messages.append((up.numel, nb))
+            log.messages.append((up.numel, nb, "up"))
             self.set_state(client, State.DONE, t)
             on_arrival(cid, up, steps)
-        except simpy.Interrupt as stop:
+        except (simpy.Interrupt, _WentOffline) as stop:
+            reason = "offline" if isinstance(stop, _WentOffline) else str(stop.cause)
+            if current is not None:
+                current.cancel()
             elapsed = env.now - t0
             if phase == State.COMPUTING:
                 log.compute_time[cid] = elapsed
@@ -119,8 +140,38 @@ class Protocol:
                 if phase == State.UPLOADING:
                     log.steps[cid] = planned
                     log.compute_time[cid] = dur
-            log.drop(cid, str(stop.cause))
-            self.set_state(client, State.DROPPED, t, str(stop.cause))
+            log.drop(cid, reason)
+            self.set_state(client, State.OFFLINE if reason == "offline" else State.DROPPED, t, reason)
+            if reason == "offline" and on_fail is not None:
+                on_fail(cid)
+
+    def _wait(self, event, offline):
+        if offline is None:
+            yield event
+            return
+        yield event | offline
+        if not event.processed:      # (a Timeout counts as `triggered` from its creation)
+            raise _WentOffline()
+
+    def account_energy(self, log, round_time: float) -> None:
+        """Energy of every online client over the round: compute_watts x compute_time +
+        transmit_watts x comm_time + idle_watts x the rest of the round (column energy_j)."""
+        groups = self.world.groups
+        if not any(g.energy is not None for g in groups):
+            return
+        e = np.full(log.n, np.nan)
+        for c in self.world.clients:
+            en = c.energy
+            if en is None:
+                continue
+            i = c.id
+            busy = log.compute_time[i] + log.comm_time[i]
+            if log.available[i] or busy > 0:
+                e[i] = (en.compute_watts * log.compute_time[i] + en.transmit_watts * log.comm_time[i]
+                        + en.idle_watts * max(0.0, round_time - busy))
+            else:
+                e[i] = 0.0
+        log.extra["energy_j"] = e
 
     def aggregate(self, task, t: int, items: list, log, round_of=None) -> list:
         """Resolve the uploads (batched), let the algorithm aggregate, record weights.

@@ -63,17 +63,44 @@ class Rounds(Protocol):
     def __init__(self, world, params):
         super().__init__(world, params)
         self.selector = registry.get("selection", params.select.model).factory(params.select)
+        self.last_participants = 0
 
-    def available(self, t: int) -> list:
+    def available(self, t: int) -> np.ndarray:
+        """Ids of the clients online at the round's start (vectorised per device group)."""
         now = self.env.now
-        return [c.id for c in self.world.clients if c.availability.online(c.id, t, now)]
+        out = []
+        for members, model in self.world.group_members:
+            mask = model.online_mask(members, t, now)
+            out.append(members[mask])
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def wait_for_someone(self):
+        """Nobody is online: advance to the earliest time a client comes online (one timeout)."""
+        now = self.env.now
+        nxt = min(c.availability.next_online(c.id, now) for c in self.world.clients)
+        if math.isinf(nxt):
+            self.world.stall("no client will ever be online again")
+            return False
+        yield self.env.timeout(max(nxt - now, 0.0))
+        return True
 
     def process(self):
         w = self.world
         t = 0
+        empty_streak = 0
         while not w.should_stop():
+            if w.time_availability and not len(self.available(t + 1)):
+                ok = yield from self.wait_for_someone()
+                if not ok:
+                    return
+                continue
             t += 1
+            before = self.env.now
             yield from self.round(t)
+            empty_streak = empty_streak + 1 if self.env.now == before and self.last_participants == 0 else 0
+            if empty_streak >= 10_000:
+                w.stall(f"{empty_streak} rounds in a row without any participant at virtual time {self.env.now:g}")
+                return
 
     def round(self, t: int):
         w, env = self.world, self.env
@@ -93,7 +120,7 @@ class Rounds(Protocol):
             self.set_state(c, State.SELECTED, t)
             procs[cid] = env.process(self.train_and_upload(
                 c, task, t, bc, self.local_steps(cid, task), log,
-                lambda cid_, up, steps: gate.arrive(cid_, (up, steps))))
+                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail()))
         if wait.mode == "deadline":
             yield gate.done | env.timeout(wait.seconds)
         else:
@@ -105,11 +132,10 @@ class Rounds(Protocol):
         if late:
             yield env.timeout(0)  # let the interrupted clients record their partial work first
         items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        self.last_participants = len(items)
         arrivals = self.aggregate(task, t, items, log)
+        self.account_energy(log, env.now - start)
         self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start})
-        for c in w.clients:
-            if c.state != State.OFFLINE:
-                c.state = State.IDLE
 
 
 register("protocol", "rounds", RoundsParams,
