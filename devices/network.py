@@ -238,3 +238,31 @@ def route(graph, src: str, dst: str):
     path = nx.shortest_path(graph, src, dst, weight=lambda u, v, d: d["latency"] + 1e-12)
     edges = list(zip(path[:-1], path[1:]))
     return edges, sum(graph.edges[u, v]["latency"] for u, v in edges)
+
+
+@dataclass
+class TraceLink:
+    """Per-client bandwidths from a links table {trace client: (up_mbps, down_mbps)} (e.g.
+    converted from FedScale's device capacities); client k of the group uses the table's
+    k-th client (sorted ids, wrapping). Latency and jitter as `Link`."""
+
+    table: dict
+    members: Sequence[int]
+    latency: float = 0.0
+    jitter: float = 0.0
+
+    def __post_init__(self):
+        ids = sorted(self.table, key=lambda s: (len(s), s))
+        if not ids:
+            raise ValueError("empty links table")
+        self._of = {int(c): self.table[ids[i % len(ids)]] for i, c in enumerate(self.members)}
+
+    def bandwidth_bps(self, direction, client=0, rng=None):
+        up, down = self._of[client]
+        return (up if direction == "up" else down) * 1e6
+
+    def delay(self, rng=None):
+        return self.latency + (rng.exponential(self.jitter) if self.jitter > 0 else 0.0)
+
+    def transfer_time(self, nbytes, direction, client=0, rng=None):
+        return self.delay(rng) + nbytes * 8.0 / self.bandwidth_bps(direction, client)

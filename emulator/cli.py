@@ -20,7 +20,7 @@ from rich.table import Table
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="flemu: discrete-event emulator of heterogeneous federated learning.")
 console = Console(stderr=True)
-out = Console()
+out = Console(soft_wrap=True)
 
 
 def _fail(err) -> None:
@@ -130,21 +130,61 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
         out.print(t)
 
 
-@app.command()
-def plot(run_dirs: List[Path] = typer.Argument(..., help="run directories"),
-         out_file: Path = typer.Option(None, "--out", "-o", help="PNG to write (default RUN_DIR/accuracy_vs_time.png)"),
-         x: str = typer.Option("virtual_time", help="x axis: virtual_time | round"),
-         y: str = typer.Option("test_acc", help="metric: test_acc | test_loss | train_loss | gap ...")):
-    """Draw a metric against virtual time (or rounds) for one or more runs."""
-    from analysis.plots import accuracy_vs_time
+PLOTS = ("accuracy", "participation")
 
-    for d in run_dirs:
+
+@app.command(context_settings={"allow_extra_args": False})
+def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation] RUN_DIR...",
+                                          help="what to draw (default accuracy), then run directories"),
+         out_file: Path = typer.Option(None, "--out", "-o", help="PNG to write (default: inside the first run directory)"),
+         x: str = typer.Option("virtual_time", help="accuracy: x axis virtual_time | round"),
+         y: str = typer.Option("test_acc", help="accuracy: metric test_acc | test_loss | train_loss | gap ...")):
+    """Draw a metric against virtual time or rounds (`accuracy`), or the participation raster
+    (clients x rounds, coloured offline / available / aggregated / dropped)."""
+    from analysis import plots
+
+    kind = args[0] if args and args[0] in PLOTS else "accuracy"
+    dirs = [Path(a) for a in (args[1:] if args and args[0] in PLOTS else args)]
+    if not dirs:
+        _fail("give at least one run directory")
+    for d in dirs:
         if not (d / "metrics.csv").exists():
             _fail(f"{d} is not a run directory (no metrics.csv)")
-    target = out_file or run_dirs[0] / ("accuracy_vs_time.png" if (x, y) == ("virtual_time", "test_acc")
+    if kind == "participation":
+        target = out_file or dirs[0] / "participation.png"
+        plots.participation_raster(dirs[0], target)
+    else:
+        target = out_file or dirs[0] / ("accuracy_vs_time.png" if (x, y) == ("virtual_time", "test_acc")
                                         else f"{y}_vs_{x}.png")
-    accuracy_vs_time(run_dirs, target, x=x, y=y)
+        plots.accuracy_vs_time(dirs, target, x=x, y=y)
     out.print(f"wrote {target}", highlight=False)
+
+
+traces_app = typer.Typer(help="Convert device traces to flemu's CSV formats.", no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+
+@traces_app.command("import-fedscale")
+def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale client_device_capacity pickle"),
+                    behaviour: Optional[Path] = typer.Option(None, help="FedScale client_behave_trace pickle"),
+                    out_dir: Path = typer.Option(Path("traces"), "--out", help="folder for the CSV files")):
+    """Convert FedScale's device-capacity and client-behaviour pickles (read with a restricted
+    unpickler: only dicts, lists, strings and numbers) to flemu's trace CSVs."""
+    import pickle
+
+    from devices.traces import import_fedscale as convert
+
+    if capacity is None and behaviour is None:
+        _fail("give --capacity and/or --behaviour")
+    for f in (capacity, behaviour):
+        if f is not None and not f.exists():
+            _fail(f"file not found: {f}")
+    try:
+        written = convert(capacity, behaviour, out_dir)
+    except (pickle.UnpicklingError, ValueError, KeyError, TypeError) as e:
+        _fail(f"cannot convert: {e}")
+    for k, v in written.items():
+        out.print(f"{k}: {v}", highlight=False)
 
 
 def main():

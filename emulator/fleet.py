@@ -170,6 +170,21 @@ register("network", "instant", InstantParams, "transfers take no virtual time (e
          lambda p, ctx=None: nw.InstantLink())
 
 
+class LinkTraceParams(Params):
+    path: str = Field(description="CSV: client, up_mbps, down_mbps (e.g. from `flemu traces import-fedscale`)")
+    latency: float = Field(ge=0, description="one-way latency per message, seconds")
+    jitter: float = Field(0.0, ge=0, description="mean exponential extra latency per message")
+    _f = field_validator("path")(_file)
+
+
+def _link_trace(p, ctx):
+    from devices.traces import read_links
+    return nw.TraceLink(_wrap_value_error(read_links, p.path), list(ctx.members), p.latency, p.jitter)
+
+
+register("network", "link_trace", LinkTraceParams, "per-client bandwidths from a links CSV", _link_trace)
+
+
 # ============================================================================ availability
 class AlwaysParams(Params):
     pass

@@ -44,11 +44,47 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     build_s = time.perf_counter() - t0
     world.run()
     metrics = world.recorder.metrics_frame()
+    delays = add_delay_metrics(world, metrics)
     clients = world.recorder.clients_frame()
     checks = invariants.check(world, metrics, clients)
     summary = summarize(world, metrics, clients, build_s, checks)
+    summary["delay"] = delays
+    summary.update(energy_summary(world, clients))
     write_run_dir(out_dir, world, sc, metrics, clients, summary)
     return RunResult(out_dir, metrics, summary)
+
+
+def add_delay_metrics(world, metrics: pd.DataFrame) -> dict:
+    """FedSUM delay metrics from the participation that happened (clients with weight > 0):
+    a `tau` column in metrics.csv, tau_max / tau_avg per model in summary.json."""
+    from .participation import delay_metrics
+
+    out = {}
+    if not len(metrics):
+        return out
+    metrics["tau"] = np.nan
+    for task in world.tasks:
+        logs = [log for log in world.recorder.rounds if log.task == task.index]
+        d = delay_metrics([log.weight > 0 for log in logs], world.num_clients)
+        for log, tau in zip(logs, d["tau"]):
+            metrics.loc[(metrics["round"] == log.round) & (metrics["model"] == task.index), "tau"] = int(tau)
+        out[str(task.index)] = {"tau_max": d["tau_max"], "tau_avg": d["tau_avg"],
+                                "never_aggregated": int((d["last_selected"] < 0).sum())}
+    return out
+
+
+def energy_summary(world, clients: pd.DataFrame) -> dict:
+    if "energy_j" not in clients:
+        return {}
+    by_group = {}
+    groups = np.array([c.group for c in world.clients])
+    for log in world.recorder.rounds:
+        e = log.extra.get("energy_j")
+        if e is None:
+            continue
+        for g in np.unique(groups):
+            by_group[g] = by_group.get(g, 0.0) + float(np.nansum(e[groups == g]))
+    return {"energy_j_total": float(sum(by_group.values())), "energy_j_by_group": by_group}
 
 
 def _first_reach(metrics: pd.DataFrame, target: float):
