@@ -57,7 +57,7 @@ class Arrival:
 
     client: int
     round: int                   # round whose broadcast the client trained from
-    vectors: list
+    vectors: Optional[list]      # None when the algorithm did not read this upload
     n_samples: int
     steps: int
     train_loss: float
@@ -69,6 +69,10 @@ class Algorithm:
     supports: frozenset = frozenset({"rounds"})
     #: the documented total of one aggregation's weights (None: not a weighted mean)
     weights_total: Optional[float] = 1.0
+    #: per-client values of the last aggregation for clients.csv ({column: {client: value}})
+    client_info: Optional[dict] = None
+    #: per-aggregation values of the last aggregation for metrics.csv ({column: value})
+    round_info: Optional[dict] = None
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
@@ -85,9 +89,19 @@ class Algorithm:
     def upload(self, client: int, t: int, result: JobFuture) -> Upload:
         raise NotImplementedError
 
+    def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
+        """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
+        metadata only (client, steps, n_samples, meta such as tau); the others are never
+        resolved, so their training is never computed (DESIGN.md: laziness)."""
+        return [a.client for a in arrivals]
+
     def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> dict:
         """Update the server state from `arrivals`; return {client: weight}."""
         raise NotImplementedError
+
+    def upload_numel(self) -> int:
+        """Parameters a client uploads (known before anything is computed)."""
+        return self.ctx.dim
 
     # -- reading the server state --------------------------------------------------
     def global_params(self) -> torch.Tensor:

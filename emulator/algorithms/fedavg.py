@@ -31,7 +31,7 @@ class FedAvgParams(Params):
 
 class FedAvg(Algorithm):
     name = "fedavg"
-    supports = frozenset({"rounds"})
+    supports = frozenset({"rounds", "intervals"})
 
     def local_rule(self, t: int) -> LocalRule:
         return LocalRule(lr=self.lr(t), momentum=self.p.momentum, weight_decay=self.p.weight_decay)

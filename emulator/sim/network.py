@@ -66,6 +66,12 @@ class NetworkSim:
             self.paths[c.id] = (pl, {"up": up, "down": down})
         self.flows = FlowNetwork(self.env, cap)
 
+    def nominal_time(self, client, nbytes: int, direction: str) -> float:
+        """What a client expects a transfer to take: its own link's latency and bandwidth,
+        no jitter, no contention (time-driven clients plan with it)."""
+        bw = client.link.bandwidth_bps(direction, client.id, client.rng("network"))
+        return client.link.latency + (0.0 if math.isinf(bw) else nbytes * 8.0 / bw)
+
     def transfer(self, client, nbytes: int, direction: str):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`."""
         if self.flows is None:

@@ -11,9 +11,21 @@ import simpy
 
 from ...algorithms.base import Arrival
 from ...compute.jobs import TrainJob
-from ...compute.lazy import force, resolve
+from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError
 from ..client import State
+
+
+LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
+
+
+def closing_time(env, delay: float):
+    """A timeout that fires after every other event scheduled for the same instant, even
+    those created at that instant: a deadline at T counts every upload arriving at T."""
+    ev = simpy.events.Event(env)
+    ev._ok, ev._value = True, None
+    env.schedule(ev, LATE, delay)
+    return ev
 
 
 class _WentOffline(Exception):
@@ -85,13 +97,16 @@ class Protocol:
             return None
         return self.env.timeout(max(0.0, until - self.env.now))
 
-    def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival, on_fail=None):
+    def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival, on_fail=None,
+                         duration: Optional[float] = None, record_steps: Optional[int] = None):
         """A client's round as a SimPy process: download the broadcast, compute `steps`
         local steps (one timeout: nothing can change the outcome in between), upload.
         Going offline (continuous-time availability) or an `Interrupt` (the round closed)
         stops it: partial times are recorded, the client is recorded as dropped, and its
         update never reaches the aggregate. `on_arrival(client_id, upload, steps)` is called
-        when the upload lands; `on_fail(client_id)` when the client went offline."""
+        when the upload lands; `on_fail(client_id)` when the client went offline.
+        `duration` (default: from the client's compute model) fixes the compute time;
+        `record_steps` is what clients.csv `steps` records (default: the SGD steps)."""
         env, w = self.env, self.world
         cid = client.id
         phase, t0, planned, dur = State.DOWNLOADING, env.now, steps, 0.0
@@ -107,13 +122,13 @@ class Protocol:
             log.messages.append((bc.numel, nb, "down"))
 
             spec = task.algorithm.local_spec(cid, t, bc)
-            dur = client.compute_time(t, steps, env.now, task.index)
+            dur = client.compute_time(t, steps, env.now, task.index) if duration is None else duration
             fut = w.executor.submit(TrainJob(task.index, cid, t, steps, spec, task.batch_size))
             phase, t0, current = State.COMPUTING, env.now, None
             self.set_state(client, State.COMPUTING, t, f"{steps} steps")
             if dur > 0:
                 yield from self._wait(env.timeout(dur), offline)
-            log.steps[cid] = steps
+            log.steps[cid] = steps if record_steps is None else record_steps
             log.compute_time[cid] = dur
 
             up = task.algorithm.upload(cid, t, fut)
@@ -132,13 +147,14 @@ class Protocol:
             if current is not None:
                 current.cancel()
             elapsed = env.now - t0
+            unit = planned if record_steps is None else record_steps
             if phase == State.COMPUTING:
                 log.compute_time[cid] = elapsed
-                log.steps[cid] = int(math.floor(planned * elapsed / dur + 1e-9)) if dur > 0 else planned
+                log.steps[cid] = int(math.floor(unit * elapsed / dur + 1e-9)) if dur > 0 else unit
             else:
                 log.comm_time[cid] += elapsed
                 if phase == State.UPLOADING:
-                    log.steps[cid] = planned
+                    log.steps[cid] = unit
                     log.compute_time[cid] = dur
             log.drop(cid, reason)
             self.set_state(client, State.OFFLINE if reason == "offline" else State.DROPPED, t, reason)
@@ -174,21 +190,33 @@ class Protocol:
         log.extra["energy_j"] = e
 
     def aggregate(self, task, t: int, items: list, log, round_of=None) -> list:
-        """Resolve the uploads (batched), let the algorithm aggregate, record weights.
-        `items` are (client, upload, steps). Returns the Arrivals."""
-        ups = [u for _, u, _ in items]
-        resolve([v for u in ups for v in u.vectors] + [u.result for u in ups if u.result is not None])
-        arrivals = []
-        for cid, u, steps in items:
-            res = force(u.result) if u.result is not None else None
-            arrivals.append(Arrival(client=cid, round=t if round_of is None else round_of(cid),
-                                    vectors=[force(v) for v in u.vectors],
-                                    n_samples=int(task.client_sizes[cid]), steps=steps,
-                                    train_loss=res.loss_mean if res is not None else float("nan"),
-                                    meta=u.meta))
-        weights = task.algorithm.aggregate(t, arrivals)
+        """Two phases: the algorithm first says which uploads it will read (`reads`: DMS
+        filters here), only those are resolved (batched, with any lazy metadata such as
+        probes); then it aggregates and its weights and per-client values are recorded.
+        Unread uploads keep `vectors=None`: their training is never computed.
+        `items` are (client, upload, steps); the upload's meta may carry `n_samples`
+        (this round's data size) and `tau` (iterations). Returns the Arrivals."""
+        algo = task.algorithm
+        arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
+                            n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
+                            train_loss=float("nan"), meta=u.meta) for cid, u, steps in items]
+        need = set(algo.reads(t, arrivals)) if arrivals else set()
+        lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
+        read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
+        resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
+                + lazy_meta)
+        for a, u in read:
+            a.vectors = [force(v) for v in u.vectors]
+            if u.result is not None:
+                a.train_loss = force(u.result).loss_mean
+        for a in arrivals:
+            a.meta = {k: force(v) for k, v in a.meta.items()}
+        weights = algo.aggregate(t, arrivals)
         for cid, wgt in weights.items():
             log.weight[cid] = wgt
+        for col, vals in (getattr(algo, "client_info", None) or {}).items():
+            for cid, v in vals.items():
+                log.set_extra(col, cid, v)
         return arrivals
 
     def finish_aggregation(self, task, t: int, arrivals: list, log, extra: Optional[dict] = None) -> dict:
@@ -212,7 +240,12 @@ class Protocol:
         except DivergedError as e:
             diverged = e
         last = run.rounds is not None and t >= run.rounds
-        if diverged is None and (t % run.eval_every == 0 or last):
+        due = t % run.eval_every == 0
+        if run.eval_every_seconds is not None:     # a virtual-time grid instead of a round count
+            due = self.env.now >= w.next_eval_time
+            while w.next_eval_time <= self.env.now:
+                w.next_eval_time += run.eval_every_seconds
+        if diverged is None and (due or last):
             row.update(w.evaluate(task))
         w.recorder.metric(row)
         if diverged is not None:

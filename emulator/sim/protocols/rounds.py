@@ -17,7 +17,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from ... import registry
 from ...registry import Params, register
 from ..client import State
-from .base import Gate, Protocol
+from .base import Gate, Protocol, closing_time
 
 
 class WaitAll(Params):
@@ -122,7 +122,7 @@ class Rounds(Protocol):
                 c, task, t, bc, self.local_steps(cid, task), log,
                 lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail()))
         if wait.mode == "deadline":
-            yield gate.done | env.timeout(wait.seconds)
+            yield gate.done | closing_time(env, wait.seconds)
         else:
             yield gate.done
         gate.closed = True

@@ -1,0 +1,245 @@
+"""T-SFL aggregation rules under the `intervals` protocol (shared/specs/tsfl.md):
+DMS (discriminative model selection, T-SFL Algorithm 1), the Corollary-1 optimal weights
+without filtering (`tsfl_optimal`), and the paper's synchronous "FedAsync" of footnote 2
+(`fedasync_interval`). FedAvg and FedProx under intervals are `fedavg` / `fedprox`.
+
+Source: Y. Shao et al., "Robust Model Aggregation for Heterogeneous Federated Learning:
+Analysis and Optimizations". Cited as `T-SFL Eq.(n)`, `T-SFL Alg.1 Ln`, our rules as
+`tsfl.md Dk [ours]`. Every client trains with plain SGD at a constant rate (tsfl.md A2).
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from ..compute.jobs import LocalRule, LocalSpec
+from ..registry import Params, register
+from .base import Algorithm, Upload, weighted_sum
+
+
+# ----------------------------------------------------------------------------- the math
+def heterogeneity_degree(tau) -> float:
+    """T-SFL fn. 1: delta = (1/N) sum_i (tau_i - mean tau)^2 (population variance)."""
+    tau = np.asarray(tau, float)
+    return float(np.mean((tau - tau.mean()) ** 2)) if len(tau) else float("nan")
+
+
+def dms_filter_probs(tau):
+    """T-SFL Eqs.(7)-(8), tsfl.md D2-D3: K = mean tau, H = max tau,
+    P_i = (K - tau_i)/H for tau_i < K (exact integer test tau_i * n < sum tau), else 0."""
+    tau = np.asarray(tau, np.int64)
+    n, tot, H = len(tau), int(tau.sum()), int(tau.max()) if len(tau) else 0
+    K = tot / n if n else float("nan")
+    below = tau * n < tot
+    P = np.where(below, (K - tau) / max(H, 1), 0.0)
+    return K, H, P
+
+
+def slope(eta, L, G2, sigma2, n, H) -> float:
+    """T-SFL Eq.(6) / Cor. 1: s = eta L (H - 1) G^2 / (2 N sigma^2), with max(H-1, 0) and
+    sigma^2 floored at 1e-12 (tsfl.md 3.2, 3.4)."""
+    return eta * L * max(H - 1, 0) * G2 / (2.0 * n * max(sigma2, 1e-12))
+
+
+def waterfill(tau, s) -> np.ndarray:
+    """tsfl.md 3.3 / D7 [ours, A6]: rho_i = max(0, c + s tau_i) with c making sum rho = 1;
+    equals the Cor.-1 closed form 1/n + s (tau_i - mean tau) whenever that is >= 0."""
+    tau = np.asarray(tau, float)
+    n = len(tau)
+    order = np.argsort(-tau, kind="stable")
+    for k in range(n, 0, -1):
+        top = order[:k]
+        c = (1.0 - s * tau[top].sum()) / k
+        if c + s * tau[top].min() >= 0:
+            rho = np.zeros(n)
+            rho[top] = c + s * tau[top]
+            return rho
+    return np.zeros(n)
+
+
+def affine_weights(tau, s) -> np.ndarray:
+    """Cor. 1 closed form without clipping (`clip: none`, may be negative)."""
+    tau = np.asarray(tau, float)
+    return 1.0 / len(tau) + s * (tau - tau.mean())
+
+
+# ----------------------------------------------------------------------------- parameters
+class ConstantsParams(Params):
+    """How the unknown constants L, G^2, sigma^2 of Eq.(6) are obtained (tsfl.md 3.4, A8)."""
+    mode: Literal["estimate", "fixed", "proportional"] = Field(
+        "estimate", description="estimate by gradient probes, fixed values, or rho proportional to tau")
+    L: Optional[float] = Field(None, gt=0, description="smoothness constant (mode fixed)")
+    G2: Optional[float] = Field(None, gt=0, description="gradient second-moment bound (mode fixed)")
+    sigma2: Optional[float] = Field(None, gt=0, description="gradient variance bound (mode fixed)")
+    ema: float = Field(0.9, ge=0, lt=1, description="smoothing of the probe estimates over intervals")
+
+    @model_validator(mode="after")
+    def _fixed(self):
+        if self.mode == "fixed" and None in (self.L, self.G2, self.sigma2):
+            raise ValueError("mode fixed needs L, G2 and sigma2")
+        return self
+
+
+class TsflParams(Params):
+    lr: float = Field(gt=0, description="local learning rate eta (plain SGD, tsfl.md A2)")
+    constants: ConstantsParams = Field(default_factory=ConstantsParams, description="L, G2, sigma2 of Eq.(6)")
+    clip: Literal["waterfill", "none"] = Field("waterfill", description="negative Cor.-1 weights: water-fill (A6) or keep")
+
+
+class DmsParams(TsflParams):
+    zero_tau: Literal["include", "exclude"] = Field("include", description="clients with tau = 0: filtered like the rest (paper) or always dropped (A11)")
+
+
+class FedAsyncIntervalParams(Params):
+    lr: float = Field(gt=0, description="local learning rate")
+    gamma: float = Field(0.5, ge=0, lt=1, description="depreciation factor gamma of T-SFL fn. 2")
+    prox_rho: float = Field(0.0, ge=0, description="optional local proximal weight (A15: 0)")
+
+
+# ----------------------------------------------------------------------------- rules
+class _IntervalRule(Algorithm):
+    supports = frozenset({"intervals"})
+
+    def local_spec(self, client, t, received):
+        # T-SFL Def. 1.2 / Eq.(1): w_{i,h+1} = w_{i,h} - eta g, from w_{i,0} = w^t
+        # (probes for the estimate mode of Eq.(6)'s constants are attached by the protocol)
+        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr))
+
+    def wants_probe(self) -> bool:
+        return False
+
+    def upload(self, client, t, result):
+        return Upload([result.params], numel=self.ctx.dim, result=result)
+
+
+class FedAsyncInterval(_IntervalRule):
+    """T-SFL fn. 2 (the "FedAsync" of Tables 2-3, synchronous): once per interval
+    w^{t+1} = gamma w^t + (1 - gamma) (1/n_U) sum_{i in U^t} w_i^t, equal weights."""
+
+    name = "fedasync_interval"
+
+    @property
+    def weights_total(self):
+        return 1.0 - self.p.gamma
+
+    def local_spec(self, client, t, received):
+        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr, prox_mu=self.p.prox_rho))
+
+    def aggregate(self, t, arrivals):
+        if not arrivals:                                   # tsfl.md A5: keep w^t
+            return {}
+        mean = torch.stack([a.vectors[0] for a in arrivals]).mean(0)
+        self.x = self.p.gamma * self.x + (1 - self.p.gamma) * mean     # T-SFL fn. 2
+        return {a.client: (1 - self.p.gamma) / len(arrivals) for a in arrivals}
+
+
+class TsflOptimal(_IntervalRule):
+    """Cor.-1 weights on every uploader, no filtering (tsfl.md 5.1(e) [ours]):
+    rho_i = 1/n + s (tau_i - mean tau) on U^t (water-filled), s from Eq.(6)."""
+
+    name = "tsfl_optimal"
+
+    def __init__(self, params, ctx):
+        super().__init__(params, ctx)
+        self.L = self.G2 = self.sigma2 = None     # EMA state of the probe estimates
+
+    def wants_probe(self):
+        return self.p.constants.mode == "estimate"
+
+    # tsfl.md 3.4: the constants of Eq.(6)
+    def update_constants(self, arrivals):
+        c = self.p.constants
+        if c.mode != "estimate":
+            return
+        probes = [a.meta["probe"] for a in arrivals if a.meta.get("probe")]
+        if not probes:                      # no client probed: carry the previous values
+            return
+        G2 = max(p["G2"] for p in probes)                         # G^2 bounds E||g||^2 over clients
+        sig = float(np.mean([p["sigma2"] for p in probes]))       # Cor. 1's common sigma
+        Ls = [p["L"] for p in probes if p.get("L") is not None]
+        L = max(Ls) if Ls else (self.L or 0.0)
+        if self.G2 is None:
+            self.L, self.G2, self.sigma2 = L, G2, sig
+        else:
+            lam = c.ema
+            self.L = lam * self.L + (1 - lam) * L
+            self.G2 = lam * self.G2 + (1 - lam) * G2
+            self.sigma2 = lam * self.sigma2 + (1 - lam) * sig
+
+    def slope(self, tau_all, tau_weighted, n_U, H) -> float:
+        c = self.p.constants
+        if c.mode == "proportional":                       # rho proportional to tau (3.4 item 3)
+            tot = float(np.sum(tau_weighted))
+            return 1.0 / tot if tot > 0 else 0.0
+        if c.mode == "fixed":
+            return slope(self.p.lr, c.L, c.G2, c.sigma2, n_U, H)
+        if self.G2 is None:
+            return 0.0
+        return slope(self.p.lr, self.L, self.G2, self.sigma2, n_U, H)
+
+    def weights(self, tau, s):
+        return waterfill(tau, s) if self.p.clip == "waterfill" else affine_weights(tau, s)
+
+    def aggregate(self, t, arrivals):
+        if not arrivals:
+            self.round_info = {"survivors": 0}
+            return {}
+        arrivals = sorted(arrivals, key=lambda a: a.client)
+        tau = np.array([a.meta["tau"] for a in arrivals], np.int64)
+        self.update_constants(arrivals)
+        H = int(tau.max())
+        s = self.slope(tau, tau, len(tau), H)
+        rho = self.weights(tau, s)
+        self.x = weighted_sum([a.vectors[0] for a in arrivals], rho)
+        self.round_info = {"H": H, "slope": s, "survivors": len(arrivals)}
+        return {a.client: float(r) for a, r in zip(arrivals, rho)}
+
+
+class DMS(TsflOptimal):
+    """DMS, T-SFL Algorithm 1 (tsfl.md 4.2, steps D1-D8). The filter (D1-D5) needs only the
+    candidates' tau, so it runs in `reads`: a filtered client's model is never read, and the
+    lazy executor never trains it (its virtual time still counts)."""
+
+    name = "dms"
+
+    def reads(self, t, arrivals):
+        arrivals = sorted(arrivals, key=lambda a: a.client)       # D4: ascending client id
+        tau = np.array([a.meta["tau"] for a in arrivals], np.int64)
+        K, H, P = dms_filter_probs(tau)                           # D1 (L1), D2 Eq.(7), D3 Eq.(8)
+        u = self.ctx.rng.random(len(arrivals))                    # D4 Eq.(9): one uniform per candidate
+        beta = u >= P                                             # beta = 0 with probability P
+        if self.p.zero_tau == "exclude":
+            beta &= tau > 0
+        self._filter = ([a.client for a in arrivals], tau, K, H, P, beta)
+        return [a.client for a, b in zip(arrivals, beta) if b]   # D5 (L3): survivors only
+
+    def aggregate(self, t, arrivals):
+        if not arrivals:                                          # D1: U empty -> w^{t+1} = w^t
+            self.round_info, self.client_info = {"survivors": 0}, None
+            return {}
+        ids, tau, K, H, P, beta = self._filter
+        by_id = {a.client: a for a in arrivals}
+        self.update_constants(arrivals)
+        self.client_info = {"dms_p": dict(zip(ids, P.tolist())), "dms_beta": dict(zip(ids, beta.astype(int).tolist()))}
+        S = np.flatnonzero(beta)
+        if len(S) == 0:                                           # only possible with exclude
+            self.round_info = {"K": K, "H": H, "survivors": 0}
+            return {c: 0.0 for c in ids}
+        s = self.slope(tau, tau[S], len(ids), H)                  # D6 Eq.(6), H from D1, N = n_U (A9)
+        rho_S = self.weights(tau[S], s)                           # D7 (L4, Eq.(10))
+        self.x = weighted_sum([by_id[ids[i]].vectors[0] for i in S], rho_S)   # D8
+        rho = np.zeros(len(ids))
+        rho[S] = rho_S
+        self.round_info = {"K": K, "H": H, "slope": s, "survivors": int(len(S))}
+        return {c: float(r) for c, r in zip(ids, rho)}
+
+
+register("algorithm", "dms", DmsParams,
+         "T-SFL DMS (Shao et al.): filter slow clients with P = (K - tau)/H, Cor.-1 weights on survivors", DMS)
+register("algorithm", "tsfl_optimal", TsflParams,
+         "T-SFL Cor.-1 weights linear in tau on all uploaders (no filtering)", TsflOptimal)
+register("algorithm", "fedasync_interval", FedAsyncIntervalParams,
+         "T-SFL fn. 2 'FedAsync': w = gamma w + (1 - gamma) mean(uploads) once per interval", FedAsyncInterval)

@@ -1,0 +1,105 @@
+"""`async`: asynchronous FL (FedAsync, Xie et al.; tsfl.md 5.4).
+
+Every client loops on its own: download the current model (and its version), train its
+local steps, upload; the server merges each arrival the moment it lands (in arrival order;
+SimPy's order at equal times), and the client is re-triggered at once (`trigger:
+immediate`, so every online client is always busy). An offline client waits until it is
+next online; going offline mid-work loses that update. One metrics row per merge (round =
+the server's version); evaluation every `run.eval_every` merges or, with
+`run.eval_every_seconds`, at the first merge at or after each point of that time grid.
+Per-round availability models are asked with the client's own job count as the round.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ...registry import Params, register
+from ..recorder import RoundLog
+from .base import Protocol
+
+
+class AsyncParams(Params):
+    local_steps: Optional[int] = Field(None, ge=1, description="local SGD steps per job (H)")
+    local_epochs: Optional[float] = Field(None, gt=0, description="or local epochs per job")
+
+    @model_validator(mode="after")
+    def _work(self):
+        if (self.local_steps is None) == (self.local_epochs is None):
+            raise ValueError("give exactly one of local_steps or local_epochs")
+        return self
+
+
+class Async(Protocol):
+    name = "async"
+
+    def process(self):
+        w, env = self.world, self.env
+        self.finished = False
+        self.done = env.event()
+        self.merges = 0
+        self.t_last = 0.0
+        for c in w.clients:
+            env.process(self.client_loop(c, w.tasks[0]))
+        yield self.done
+
+    def client_loop(self, client, task):
+        env, w = self.env, self.world
+        job = 0
+        while not self.finished:
+            job += 1
+            now = env.now
+            if not client.availability.online(client.id, job, now):
+                nxt = client.availability.next_online(client.id, now)
+                if math.isinf(nxt):
+                    return
+                if nxt <= now:       # per-round model said offline: try again at the next merge
+                    self._waiters = getattr(self, "_waiters", [])
+                    ev = env.event()
+                    self._waiters.append(ev)
+                    yield ev
+                else:
+                    yield env.timeout(nxt - now)
+                continue
+            algo = task.algorithm
+            v0 = algo.version
+            bc = algo.broadcast(job)
+            log = RoundLog(v0, w.num_clients)
+            log.available[client.id] = log.selected[client.id] = True
+            steps = self.local_steps(client.id, task)
+            yield from self.train_and_upload(
+                client, task, job, bc, steps, log,
+                lambda cid, up, st: self.merge(task, cid, up, st, log, v0), None)
+            if log.dropped[client.id] and not self.finished:    # lost work is recorded too
+                log.round = self.merges + 1
+                w.recorder.rounds.append(log)
+
+    def merge(self, task, cid, up, steps, log, v0):
+        """The server merges one arrival (Xie Alg. 1 updater)."""
+        if self.finished:
+            return
+        env, w = self.env, self.world
+        algo = task.algorithm
+        arrivals = self.aggregate(task, algo.version + 1, [(cid, up, steps)], log, round_of=lambda c: v0)
+        self.merges += 1
+        t = log.round = self.merges
+        w.recorder.rounds.append(log)
+        self.account_energy(log, env.now - self.t_last)
+        extra = {"round_time": env.now - self.t_last, "version": algo.version}
+        extra.update(getattr(algo, "round_info", None) or {})
+        self.t_last = env.now
+        self.finish_aggregation(task, t, arrivals, log, extra)
+        for ev in getattr(self, "_waiters", []):
+            ev.succeed()
+        self._waiters = []
+        if w.should_stop():
+            self.finished = True
+            if not self.done.triggered:
+                self.done.succeed()
+
+
+register("protocol", "async", AsyncParams,
+         "asynchronous FL: every client loops download -> train -> upload; the server merges each arrival", Async)

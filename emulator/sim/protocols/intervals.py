@@ -1,0 +1,143 @@
+"""`intervals`: T-SFL's time-driven synchronous FL (shared/specs/tsfl.md section 2).
+
+Interval t occupies [t0, t0 + delta). The server broadcasts w^t at t0 and aggregates at
+exactly t0 + delta (T-SFL section 3.1, Fig. 1). Each online client trains from w^t for as
+many local iterations as fit before it must start its upload so that the upload arrives by
+the interval's end (tsfl.md 2.3 [ours, A4], relative float guard 1e-9):
+
+    if d + u > delta (1 + eps):  tau = 0, not delivered (not in U^t)
+    else:                        tau = max{k : d + sum_{j<=k} c_j + u <= delta (1 + eps)}
+
+d, u: the client's nominal download and upload times (its own link's latency and
+bandwidth; over shared links or with jitter the real transfer may be slower, and an upload
+that then misses the interval's end is dropped as `late`); c_j: the j-th iteration's time.
+An iteration is one mini-batch step (`iteration: batch`) or one shuffled pass over the
+client's data (`iteration: epoch`, tsfl.md 2.2 A1); with the `iterations` compute model the
+model gives tau directly. Iterations that would not finish are not started; no work carries
+over. With `min_iterations: m` only clients with tau > m upload (tsfl.md 5.2).
+clients.csv: `steps` = tau (iterations), `sgd_steps` = the SGD steps they took.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field
+
+from ...compute.batches import steps_per_epoch
+from ...registry import Params, register
+from .base import Gate, Protocol, closing_time
+
+EPS = 1e-9   # tsfl.md 2.3 relative float guard
+
+
+class IntervalsParams(Params):
+    interval: float = Field(gt=0, description="interval length delta, virtual seconds")
+    iteration: Literal["epoch", "batch"] = Field("epoch", description="one local iteration = a pass over the client's data (epoch) or one mini-batch step (batch)")
+    max_iterations: Optional[int] = Field(None, ge=0, description="cap on iterations per interval")
+    min_iterations: Optional[int] = Field(None, ge=0, description="only clients with tau > m upload (T-SFL 2-/4-iteration systems)")
+    select: "SelectionSpec" = Field(default_factory=lambda: _all(), description="which online clients take part")
+
+
+def _all():
+    from ...scenario import member
+    return member("selection", "all")
+
+
+class Intervals(Protocol):
+    name = "intervals"
+
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        from ... import registry
+        self.selector = registry.get("selection", params.select.model).factory(params.select)
+
+    def plan(self, client, task, t: int, start: float, budget: float) -> tuple:
+        """(tau, SGD steps per iteration, compute seconds) for `budget` seconds of compute
+        starting at `start` (one clock: one speed draw per client per interval)."""
+        clock = client.clock(t, start, task.index)
+        spi = steps_per_epoch(int(task.client_sizes[client.id]), task.batch_size) \
+            if self.p.iteration == "epoch" else 1
+        if client.compute.name == "iterations":        # the model counts iterations itself
+            tau = clock.fit(budget)
+            cap = self.p.max_iterations
+            tau = tau if cap is None else min(tau, cap)
+            return tau, spi, clock.time(tau)
+        tau = clock.fit(budget) // spi
+        if self.p.max_iterations is not None:
+            tau = min(tau, self.p.max_iterations)
+        return tau, spi, clock.time(tau * spi)
+
+    def process(self):
+        w = self.world
+        t = 0
+        while not w.should_stop():
+            t += 1
+            yield from self.interval(t)
+
+    def available(self, t: int) -> np.ndarray:
+        now = self.env.now
+        out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def interval(self, t: int):
+        w, env, p = self.world, self.env, self.p
+        task = w.tasks[0]
+        delta = p.interval
+        t0 = env.now
+        log = w.recorder.round_log(t)
+        avail = self.available(t)
+        log.available[avail] = True
+        chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
+        log.selected[chosen] = True
+        bc = task.algorithm.broadcast(t)
+        gate = Gate(env, 0)              # collects arrivals; the interval closes on the clock
+        nb_down = w.network.message_bytes(bc.numel, "down")
+        nb_up = w.network.message_bytes(task.algorithm.upload_numel(), "up")
+        procs = []
+        for cid in chosen:
+            c = w.clients[cid]
+            d = w.network.nominal_time(c, nb_down, "down")
+            u = w.network.nominal_time(c, nb_up, "up")
+            if d + u > delta * (1 + EPS):          # cannot even deliver: tau = 0, not in U^t
+                log.drop(cid, "undeliverable")
+                continue
+            tau, spi, dur = self.plan(c, task, t, t0 + d, delta - d - u)
+            log.set_extra("sgd_steps", cid, tau * spi, dtype=np.int64, default=0)
+            if p.min_iterations is not None and tau <= p.min_iterations:
+                # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
+                # its virtual compute time still counts
+                log.steps[cid], log.compute_time[cid] = tau, dur
+                log.drop(cid, "min_iterations")
+                continue
+            procs.append(env.process(self.train_and_upload(
+                c, task, t, bc, tau * spi, log, self._arrival(gate, tau), None,
+                duration=dur, record_steps=tau)))
+        yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
+        gate.closed = True
+        late = [pr for pr in procs if pr.is_alive]
+        for pr in late:
+            pr.interrupt("late")
+        if late:
+            yield env.timeout(0)
+        items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        arrivals = self.aggregate(task, t, items, log)
+        taus = [a.meta["tau"] for a in arrivals]
+        extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),
+                 "tau_mean": float(np.mean(taus)) if taus else float("nan"),
+                 "heterogeneity": float(np.var(taus)) if taus else float("nan")}   # T-SFL fn. 1, ddof 0
+        extra.update(getattr(task.algorithm, "round_info", None) or {})
+        self.account_energy(log, env.now - t0)
+        self.finish_aggregation(task, t, arrivals, log, extra)
+
+    @staticmethod
+    def _arrival(gate, tau):
+        def arrived(cid, up, steps):
+            up.meta["tau"] = tau
+            gate.arrive(cid, (up, steps))
+        return arrived
+
+
+register("protocol", "intervals", IntervalsParams,
+         "T-SFL time-driven rounds: every `interval` s the server aggregates what arrived; "
+         "clients train as many iterations as fit", Intervals)
