@@ -346,3 +346,27 @@ def test_t22_records_and_laziness(run_in):
     filtered_steps = int(c.loc[c["dms_beta"] == 0, "steps"].sum())
     assert filtered_steps > 0
     assert res.summary["grad_steps_skipped"] == filtered_steps
+
+
+def test_t9_theorem2_consistency():
+    rho = T.theorem2_weights([1, 2, 3, 4, 4], eta=0.01, L=3, theta=1, G2=2, sigma2=0.5, N=5, H=4,
+                             Gamma=0.3, D=1.7, F_hat=0.9)
+    s = T.slope(0.01, 3, 2, 0.5, 5, 4)
+    assert np.allclose(np.diff(rho), [0.036, 0.036, 0.036, 0], atol=1e-12)
+    assert np.allclose(np.diff(rho), s * np.diff([1, 2, 3, 4, 4]), atol=1e-12)
+
+
+def test_t21_model_sizes():
+    from emulator.workloads import models as M
+    count = lambda name, shape: M.count_params(M.__dict__[name](None, M.ModelContext(shape, 10)))  # noqa: E731
+    assert M.count_params(M.cnn_mnist(scenario.member("model", "cnn_mnist"), M.ModelContext((1, 28, 28), 10))) == 21_840
+    assert count("vgg11", (3, 32, 32)) == 9_231_114
+    assert count("cnn_fmnist", (1, 28, 28)) == 297_962
+    assert count("resnet18", (3, 32, 32)) == 11_173_962
+
+
+def test_batchnorm_models_are_refused_clearly():
+    from emulator.compute.flat import FlatModel
+    from emulator.workloads import models as M
+    with pytest.raises(ValueError, match="BatchNorm"):
+        FlatModel(M.vgg11(None, M.ModelContext((3, 32, 32), 10)), torch.device("cpu"), torch.float32)

@@ -60,6 +60,19 @@ def waterfill(tau, s) -> np.ndarray:
     return np.zeros(n)
 
 
+def theorem2_weights(tau, eta, L, theta, G2, sigma2, N, H, Gamma, D, F_hat) -> np.ndarray:
+    """T-SFL Eq.(4) (Theorem 2) with its self-referential sums frozen into D and F_hat: the
+    general optimum rho_i* = [B D + (A Gamma + C tau_i) F] / [F 2 eta^2 N sigma^2], with
+    A = eta {2L[eta L (1 + theta) - 1] + eta}, B = 2 eta L [1 - eta L (1 + theta)],
+    C = eta^3 L (H - 1) G^2. Needs w*, Gamma, theta: a reference for consistency checks
+    (tsfl.md T9), never used in runs."""
+    tau = np.asarray(tau, float)
+    A = eta * (2 * L * (eta * L * (1 + theta) - 1) + eta)
+    B = 2 * eta * L * (1 - eta * L * (1 + theta))
+    C = eta ** 3 * L * (H - 1) * G2
+    return (B * D + (A * Gamma + C * tau) * F_hat) / (F_hat * 2 * eta ** 2 * N * sigma2)
+
+
 def affine_weights(tau, s) -> np.ndarray:
     """Cor. 1 closed form without clipping (`clip: none`, may be negative)."""
     tau = np.asarray(tau, float)

@@ -115,6 +115,96 @@ def cnn_mcmahan(p, ctx):
     return CnnMcMahan(c, h, w, ctx.num_classes)
 
 
+def _conv_stack(in_ch, cfg, batchnorm):
+    layers, c = [], in_ch
+    for v in cfg:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c, v, 3, padding=1)] + ([nn.BatchNorm2d(v)] if batchnorm else []) + [nn.ReLU()]
+            c = v
+    return nn.Sequential(*layers), c
+
+
+class CnnFmnist(nn.Module):
+    """T-SFL's F-MNIST network as tsfl.md 6.4 fixes it: [conv32, conv32, M, conv64, conv64, M,
+    conv128, conv128, M] (3x3 pad 1, ReLU) -> flatten 1152 -> FC(1152, 10); 297,962 params."""
+
+    def __init__(self, in_ch, h, w, classes):
+        super().__init__()
+        self.features, c = _conv_stack(in_ch, [32, 32, "M", 64, 64, "M", 128, 128, "M"], False)
+        self.fc = nn.Linear(c * (h // 8) * (w // 8), classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
+@register("model", "cnn_fmnist", NoParams, "T-SFL's F-MNIST CNN: six 3x3 convs in 3 pooled stages + FC; 297,962 params")
+def cnn_fmnist(p, ctx):
+    _need_image(ctx, "cnn_fmnist", 8)
+    c, h, w = ctx.input_shape
+    return CnnFmnist(c, h, w, ctx.num_classes)
+
+
+class Vgg11(nn.Module):
+    """CIFAR VGG11 (tsfl.md 6.4): [64,M,128,M,256,256,M,512,512,M,512,512,M], each 3x3 conv
+    -> BatchNorm -> ReLU, then FC(512, 10); 9,231,114 trainable params on 3x32x32."""
+
+    def __init__(self, in_ch, classes):
+        super().__init__()
+        self.features, c = _conv_stack(in_ch, [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"], True)
+        self.fc = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + self.short(x))
+
+
+class ResNet18(nn.Module):
+    """CIFAR-style ResNet-18 (tsfl.md 6.4): 3x3 stem, no stem pooling, basic blocks [2,2,2,2]
+    with 64-512 channels, BatchNorm, global average pool, FC(512, 10); 11,173,962 params."""
+
+    def __init__(self, in_ch, classes):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_ch, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        layers, c = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [BasicBlock(c, cout, stride), BasicBlock(cout, cout, 1)]
+            c = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
+
+
+@register("model", "vgg11", NoParams, "CIFAR VGG11 with BatchNorm (9,231,114 params; training needs BatchNorm support)")
+def vgg11(p, ctx):
+    _need_image(ctx, "vgg11", 32)
+    return Vgg11(ctx.input_shape[0], ctx.num_classes)
+
+
+@register("model", "resnet18", NoParams, "CIFAR ResNet-18 with BatchNorm (11,173,962 params; training needs BatchNorm support)")
+def resnet18(p, ctx):
+    _need_image(ctx, "resnet18", 8)
+    return ResNet18(ctx.input_shape[0], ctx.num_classes)
+
+
 class QuadraticModel(nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
     F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 (workloads.md 1.4)."""

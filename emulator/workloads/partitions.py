@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..errors import ScenarioError
 from ..registry import Params, register
@@ -31,7 +31,17 @@ def _cut(perm: np.ndarray, sizes: np.ndarray) -> list:
 
 
 class SizesSpec(Params):
-    lognormal: float = Field(gt=0, description="client sizes proportional to LogNormal(0, sigma)")
+    """Client sizes for a partition: LogNormal(0, sigma) shares, or a repeating pattern."""
+    lognormal: Optional[float] = Field(None, gt=0, description="client sizes proportional to LogNormal(0, sigma)")
+    pattern: Optional[list[int]] = Field(None, min_length=1, description="client i gets pattern[i mod len] samples (e.g. [200] for equal sizes)")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.lognormal is None) == (self.pattern is None):
+            raise ValueError("give exactly one of lognormal or pattern")
+        if self.pattern is not None and min(self.pattern) < 1:
+            raise ValueError("pattern sizes must be >= 1")
+        return self
 
 
 class IidParams(Params):
@@ -49,7 +59,7 @@ def iid(p, y, num_clients, rng, path):
 class DirichletParams(Params):
     alpha: float = Field(gt=0, description="concentration; smaller = more label skew")
     min_size: int = Field(1, ge=0, description="redraw until every client has at least this many samples (100 tries)")
-    sizes: Optional[SizesSpec] = Field(None, description="unbalanced client sizes, e.g. {lognormal: 0.3} (per-client label mixtures then)")
+    sizes: Optional[SizesSpec] = Field(None, description="client sizes, e.g. {lognormal: 0.3} or {pattern: [200]}: each client then draws its own Dir(alpha) label mixture and samples without replacement")
 
 
 @register("partition", "dirichlet", DirichletParams,
@@ -76,7 +86,13 @@ def dirichlet(p, y, num_clients, rng, path):
 
 def _dirichlet_with_sizes(p, y, num_clients, rng, path):
     """Per-client label proportions ~ Dir(alpha) and lognormal sizes; samples without replacement."""
-    sizes = _lognormal_sizes(p.sizes.lognormal, len(y), num_clients, max(p.min_size, 1), rng, path)
+    if p.sizes.pattern is not None:
+        sizes = np.array([p.sizes.pattern[i % len(p.sizes.pattern)] for i in range(num_clients)])
+        if sizes.sum() > len(y):
+            raise ScenarioError([(f"{path}.sizes.pattern", f"the pattern asks for {int(sizes.sum())} samples; "
+                                  f"the data set has {len(y)}")])
+    else:
+        sizes = _lognormal_sizes(p.sizes.lognormal, len(y), num_clients, max(p.min_size, 1), rng, path)
     classes = np.unique(y)
     pools = {c: list(np.flatnonzero(y == c)[rng.permutation(int((y == c).sum()))]) for c in classes}
     parts = []
