@@ -2,4 +2,4 @@
 
 Reads run directories only (the stable interface); never imported by the engine.
 """
-from .load import load_run  # noqa: F401
+from .load import load_run  # noqa: F401  (the public entry point)

@@ -16,7 +16,6 @@ import bisect
 import csv
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np

@@ -20,7 +20,6 @@ Output:
 from __future__ import annotations
 
 import csv
-import io
 import pickle
 from pathlib import Path
 

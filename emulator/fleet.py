@@ -6,7 +6,6 @@ label histograms) where a model needs one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np

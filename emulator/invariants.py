@@ -2,7 +2,6 @@
 A violated invariant is a bug in flemu, raised as InvariantError, never a warning."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

@@ -7,7 +7,6 @@ interrupted run never leaves a half-written directory behind.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import time

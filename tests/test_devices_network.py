@@ -1,7 +1,6 @@
 """Network: exact seconds for one flow, shared flows, a flow joining half-way, max-min
 rates on a 3-node topology with a bottleneck; and through the emulator with a shared
 server link."""
-import math
 
 import numpy as np
 import pytest

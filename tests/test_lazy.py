@@ -1,5 +1,4 @@
 """Laziness: a job whose result is never read is never computed; dependencies resolve first."""
-import numpy as np
 import torch
 
 from emulator.compute.executor import SequentialExecutor, TaskData

@@ -1,8 +1,6 @@
 """FedSUM delay metrics (fedsum.md 2.1, tests T1-T4) and their values in run outputs;
 interruption of a client that goes offline mid-round; an offline-heavy fleet does not
 spin the clock."""
-import json
-import math
 
 import numpy as np
 import pandas as pd
@@ -97,7 +95,6 @@ def test_mostly_offline_fleet_does_not_spin(run_in):
     round (the waits are single timeouts, not a polling loop)."""
     import simpy
 
-    import emulator
     from conftest import tiny
     sc = tiny(**{"run.rounds": 30, "clients.count": 10_000, "output.clients_csv": "participants",
                  "protocol.select": {"model": "uniform", "k": 5}, "workload.partition": {"name": "iid"}})

@@ -1,7 +1,6 @@
 """Malformed scenarios: one clear error naming the YAML path, a non-zero exit, no run
 directory. Driven through the real `flemu run` command (typer's runner, in process)."""
 import copy
-import gzip
 
 import pytest
 import yaml
@@ -75,7 +74,6 @@ def test_overrides_are_typed():
 
 
 def test_algorithm_protocol_mismatch_is_named():
-    from emulator import registry
     # every algorithm registered today runs under rounds; a made-up protocol name is an unknown name
     sc = tiny()
     sc["protocol"]["name"] = "roundz"

@@ -9,7 +9,6 @@ Client B: 4 steps x 0.25 s; latency 0.05 s, down 4 Mbit/s, up 0.5 Mbit/s
 """
 import numpy as np
 import pandas as pd
-import pytest
 
 
 def two_clients(wait="all", rounds=3):

@@ -5,7 +5,6 @@ import os
 import pickle
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner

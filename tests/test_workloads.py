@@ -1,6 +1,5 @@
 """Datasets and models as shared/specs/workloads.md defines them."""
 import gzip
-import math
 
 import numpy as np
 import pytest

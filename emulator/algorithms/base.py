@@ -9,12 +9,12 @@ a client's upload is typically a function of a training job that has not run yet
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from ..compute.jobs import JobFuture, LocalSpec, Vector
+from ..compute.jobs import JobFuture, LocalSpec
 
 
 @dataclass

@@ -17,10 +17,8 @@ Buffer (`buffer: K > 1`): arrivals are collected and applied together when K hav
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
-import numpy as np
-import torch
 from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec

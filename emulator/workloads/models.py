@@ -6,7 +6,6 @@ and returns a torch.nn.Module. `loss` says how a batch's output becomes a loss:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

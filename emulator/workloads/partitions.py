@@ -5,7 +5,7 @@ client; sizes always sum to the number of training samples.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 import numpy as np
 from pydantic import Field, model_validator

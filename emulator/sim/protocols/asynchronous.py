@@ -12,25 +12,15 @@ Per-round availability models are asked with the client's own job count as the r
 from __future__ import annotations
 
 import math
-from typing import Optional
 
-import numpy as np
-from pydantic import Field, model_validator
 
-from ...registry import Params, register
+from ...registry import register
 from ..recorder import RoundLog
-from .base import Protocol
+from .base import LocalWorkParams, Protocol
 
 
-class AsyncParams(Params):
-    local_steps: Optional[int] = Field(None, ge=1, description="local SGD steps per job (H)")
-    local_epochs: Optional[float] = Field(None, gt=0, description="or local epochs per job")
-
-    @model_validator(mode="after")
-    def _work(self):
-        if (self.local_steps is None) == (self.local_epochs is None):
-            raise ValueError("give exactly one of local_steps or local_epochs")
-        return self
+class AsyncParams(LocalWorkParams):
+    """Local work per job (H local steps, Xie Alg. 1)."""
 
 
 class Async(Protocol):

@@ -8,6 +8,10 @@ from typing import Optional
 
 import numpy as np
 import simpy
+from pydantic import Field, model_validator
+
+from ... import registry
+from ...registry import Params
 
 from ...algorithms.base import Arrival
 from ...compute.jobs import TrainJob
@@ -64,6 +68,24 @@ class Gate:
         self._check()
 
 
+def default_select():
+    """`select` when a scenario gives none: every available client."""
+    from ...scenario import member
+    return member("selection", "all")
+
+
+class LocalWorkParams(Params):
+    """Fixed local work per round: `local_steps`, or `local_epochs` passes over the client's data."""
+    local_steps: Optional[int] = Field(None, ge=0, description="local SGD steps per round")
+    local_epochs: Optional[float] = Field(None, gt=0, description="or local epochs (steps = ceil(epochs * n_i / B))")
+
+    @model_validator(mode="after")
+    def _work(self):
+        if (self.local_steps is None) == (self.local_epochs is None):
+            raise ValueError("give exactly one of local_steps or local_epochs")
+        return self
+
+
 class Protocol:
     name = "?"
 
@@ -71,6 +93,14 @@ class Protocol:
         self.world = world
         self.p = params
         self.env = world.env
+        sel = getattr(params, "select", None)
+        self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
+
+    def available(self, t: int) -> np.ndarray:
+        """Ids of the clients online now (per-round models asked for round t), per device group."""
+        now = self.env.now
+        out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def process(self):
         raise NotImplementedError

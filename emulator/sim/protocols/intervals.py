@@ -26,7 +26,7 @@ from pydantic import Field
 
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
-from .base import Gate, Protocol, closing_time
+from .base import Gate, Protocol, closing_time, default_select
 
 EPS = 1e-9   # tsfl.md 2.3 relative float guard
 
@@ -36,21 +36,11 @@ class IntervalsParams(Params):
     iteration: Literal["epoch", "batch"] = Field("epoch", description="one local iteration = a pass over the client's data (epoch) or one mini-batch step (batch)")
     max_iterations: Optional[int] = Field(None, ge=0, description="cap on iterations per interval")
     min_iterations: Optional[int] = Field(None, ge=0, description="only clients with tau > m upload (T-SFL 2-/4-iteration systems)")
-    select: "SelectionSpec" = Field(default_factory=lambda: _all(), description="which online clients take part")
-
-
-def _all():
-    from ...scenario import member
-    return member("selection", "all")
+    select: "SelectionSpec" = Field(default_factory=default_select, description="which online clients take part")
 
 
 class Intervals(Protocol):
     name = "intervals"
-
-    def __init__(self, world, params):
-        super().__init__(world, params)
-        from ... import registry
-        self.selector = registry.get("selection", params.select.model).factory(params.select)
 
     def plan(self, client, task, t: int, start: float, budget: float) -> tuple:
         """(tau, SGD steps per iteration, compute seconds) for `budget` seconds of compute
@@ -74,11 +64,6 @@ class Intervals(Protocol):
         while not w.should_stop():
             t += 1
             yield from self.interval(t)
-
-    def available(self, t: int) -> np.ndarray:
-        now = self.env.now
-        out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def interval(self, t: int):
         w, env, p = self.world, self.env, self.p

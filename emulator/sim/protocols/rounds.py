@@ -9,15 +9,13 @@ are stopped and recorded as dropped (`late`); offline clients are recorded as dr
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Union
 
-import numpy as np
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field
 
-from ... import registry
 from ...registry import Params, register
 from ..client import State
-from .base import Gate, Protocol, closing_time
+from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
 
 
 class WaitAll(Params):
@@ -38,23 +36,10 @@ Wait = Annotated[Union[WaitAll, WaitDeadline, WaitFirstK], Field(discriminator="
                  BeforeValidator(lambda v: {"mode": v} if isinstance(v, str) else v)]
 
 
-class RoundsParams(Params):
-    select: "SelectionSpec" = Field(default_factory=lambda: _default_select(),
+class RoundsParams(LocalWorkParams):
+    select: "SelectionSpec" = Field(default_factory=default_select,
                                     description="server-side selection among available clients")
     wait: Wait = Field(default_factory=WaitAll, description="all | {mode: deadline, seconds} | {mode: first_k, k}")
-    local_steps: Optional[int] = Field(None, ge=0, description="local SGD steps per round")
-    local_epochs: Optional[float] = Field(None, gt=0, description="or local epochs (steps = ceil(epochs * n_i / B))")
-
-    @model_validator(mode="after")
-    def _work(self):
-        if (self.local_steps is None) == (self.local_epochs is None):
-            raise ValueError("give exactly one of local_steps or local_epochs")
-        return self
-
-
-def _default_select():
-    from ...scenario import member
-    return member("selection", "all")
 
 
 class Rounds(Protocol):
@@ -62,17 +47,7 @@ class Rounds(Protocol):
 
     def __init__(self, world, params):
         super().__init__(world, params)
-        self.selector = registry.get("selection", params.select.model).factory(params.select)
         self.last_participants = 0
-
-    def available(self, t: int) -> np.ndarray:
-        """Ids of the clients online at the round's start (vectorised per device group)."""
-        now = self.env.now
-        out = []
-        for members, model in self.world.group_members:
-            mask = model.online_mask(members, t, now)
-            out.append(members[mask])
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def wait_for_someone(self):
         """Nobody is online: advance to the earliest time a client comes online (one timeout)."""
