@@ -118,14 +118,16 @@ class _IntervalRule(Algorithm):
 
     def local_spec(self, client, t, received):
         # T-SFL Def. 1.2 / Eq.(1): w_{i,h+1} = w_{i,h} - eta g, from w_{i,0} = w^t
-        # (probes for the estimate mode of Eq.(6)'s constants are attached by the protocol)
-        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr))
+        # plus, in the estimate mode of Eq.(6)'s constants, the gradient probes of tsfl.md 3.4
+        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr), probe=self.wants_probe())
 
     def wants_probe(self) -> bool:
         return False
 
     def upload(self, client, t, result):
-        return Upload([result.params], numel=self.ctx.dim, result=result)
+        # the probe scalars (tsfl.md 3.4) ride along with the model: "a few bytes", not counted
+        meta = {"probe": result.probe} if self.wants_probe() else {}
+        return Upload([result.params], numel=self.ctx.dim, result=result, meta=meta)
 
 
 class FedAsyncInterval(_IntervalRule):
@@ -182,6 +184,12 @@ class TsflOptimal(_IntervalRule):
             self.G2 = lam * self.G2 + (1 - lam) * G2
             self.sigma2 = lam * self.sigma2 + (1 - lam) * sig
 
+    def constants_info(self) -> dict:
+        """The smoothed probe estimates, recorded in metrics.csv (estimate mode only)."""
+        if self.p.constants.mode != "estimate" or self.G2 is None:
+            return {}
+        return {"L_hat": self.L, "G2_hat": self.G2, "sigma2_hat": self.sigma2}
+
     def slope(self, tau_all, tau_weighted, n_U, H) -> float:
         c = self.p.constants
         if c.mode == "proportional":                       # rho proportional to tau (3.4 item 3)
@@ -207,7 +215,7 @@ class TsflOptimal(_IntervalRule):
         s = self.slope(tau, tau, len(tau), H)
         rho = self.weights(tau, s)
         self.x = weighted_sum([a.vectors[0] for a in arrivals], rho)
-        self.round_info = {"H": H, "slope": s, "survivors": len(arrivals)}
+        self.round_info = {"H": H, "slope": s, "survivors": len(arrivals), **self.constants_info()}
         return {a.client: float(r) for a, r in zip(arrivals, rho)}
 
 
@@ -246,7 +254,7 @@ class DMS(TsflOptimal):
         self.x = weighted_sum([by_id[ids[i]].vectors[0] for i in S], rho_S)   # D8
         rho = np.zeros(len(ids))
         rho[S] = rho_S
-        self.round_info = {"K": K, "H": H, "slope": s, "survivors": int(len(S))}
+        self.round_info = {"K": K, "H": H, "slope": s, "survivors": int(len(S)), **self.constants_info()}
         return {c: float(r) for c, r in zip(ids, rho)}
 
 

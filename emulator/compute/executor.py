@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Optional
 
 import numpy as np
@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from ..registry import Params, register
 from .batches import batch_plan
 from .flat import FlatModel
-from .jobs import JobFuture, LocalRule, TrainJob, TrainResult
+from .jobs import PROBE_KEY, JobFuture, LocalRule, TrainJob, TrainResult, probe_estimates
 from .lazy import force
 
 
@@ -39,6 +39,7 @@ class ExecutorStats:
     jobs_computed: int = 0
     steps_computed: int = 0
     grad_evals: int = 0          # real gradient computations (one per local step computed)
+    probe_evals: int = 0         # extra gradients of probes (tsfl.md 3.4), not local steps
 
 
 class Executor:
@@ -51,19 +52,41 @@ class Executor:
         self.stats = ExecutorStats()
 
     def submit(self, job: TrainJob) -> JobFuture:
+        """A future for `job`. A spec asking for probes is split: the training job itself
+        (no probe) and a one-step probe job on the same batches (its first batch is the
+        training's first batch), read through `future.probe`."""
         self.stats.jobs_submitted += 1
         self.stats.steps_submitted += job.steps
-        return JobFuture(job, self)
+        probe = None
+        if job.spec.probe:
+            if job.steps > 0:
+                probe = JobFuture(replace(job, steps=1), self)
+            job = replace(job, spec=replace(job.spec, probe=False))
+        return JobFuture(job, self, probe)
 
     def run(self, futures: list) -> None:
         """Compute these jobs (every lazy input of theirs is already resolved)."""
         raise NotImplementedError
 
     # helpers shared by executors -------------------------------------------------
-    def plan(self, job: TrainJob) -> list:
+    def job_rows(self, job: TrainJob) -> torch.Tensor:
+        """Rows into the task's x / y that this job may train on."""
         rows = self.tasks[job.task].client_rows[job.client]
+        if job.rows is None:
+            return rows
+        return rows[torch.as_tensor(np.asarray(job.rows, dtype=np.int64), device=rows.device)]
+
+    def plan(self, job: TrainJob) -> list:
+        """The job's mini-batches, as local row numbers into `job_rows(job)`."""
+        n = len(self.job_rows(job))
         rng = self.streams.keyed("batches", job.client, job.round, job.task, job.tag)
-        return batch_plan(len(rows), job.steps, job.batch_size, rng)
+        return batch_plan(n, job.steps, job.batch_size, rng)
+
+    def probe_batch(self, job: TrainJob) -> np.ndarray:
+        """The probe's independent batch g_b (tsfl.md 3.4), from its own keyed stream."""
+        n = len(self.job_rows(job))
+        rng = self.streams.keyed("batches", job.client, job.round, job.task, job.tag, PROBE_KEY)
+        return batch_plan(n, 1, job.batch_size, rng)[0]
 
     def _count(self, job: TrainJob):
         self.stats.jobs_computed += 1
@@ -105,7 +128,7 @@ class SequentialExecutor(Executor):
         if rule.prox_mu:
             anchor = w.clone() if spec.anchor is None else force(spec.anchor).detach()
         corr = None if spec.correction is None else force(spec.correction).detach()
-        rows = td.client_rows[job.client]
+        rows = self.job_rows(job)
         plan = self.plan(job)
         buf = None
         gsum = torch.zeros_like(w) if spec.want_grad_mean else None
@@ -127,11 +150,28 @@ class SequentialExecutor(Executor):
             lsum += loss.detach()
             if gsum is not None:
                 gsum += g
+            if h == 0 and spec.probe:
+                probe = self._probe(td, job, rows, w, g, xb, yb, rule.lr_at(0))
             w, buf = sgd_update(w, g, buf, rule, h, anchor, corr)
         n = len(plan)
         return TrainResult(params=w, steps=n,
                            loss_mean=float(lsum) / n if n else float("nan"),
-                           grad_mean=(gsum / n if (gsum is not None and n) else gsum))
+                           grad_mean=(gsum / n if (gsum is not None and n) else gsum),
+                           probe=probe if (spec.probe and n) else None)
+
+    def _probe(self, td, job, rows, w, ga, xa, ya, lr) -> dict:
+        """tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
+        idx = rows[torch.from_numpy(self.probe_batch(job)).to(rows.device)]
+        gb = self._grad(td, w, td.x[idx], td.y[idx])
+        gc = self._grad(td, w - lr * ga, xa, ya)
+        self.stats.probe_evals += 2
+        return probe_estimates(ga, gb, gc, lr)
+
+    @staticmethod
+    def _grad(td, w, xb, yb):
+        w = w.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(td.net.batch_loss(w, xb, yb), w)
+        return g
 
 
 class ExecutorParams(Params):

@@ -52,6 +52,7 @@ class LocalSpec:
     anchor: Optional[Vector] = None        # prox anchor; None = start
     correction: Optional[Vector] = None    # added to every gradient (SCAFFOLD / FedSUM)
     want_grad_mean: bool = False           # also return the mean raw gradient
+    probe: bool = False                    # also return gradient probes (tsfl.md 3.4)
 
 
 @dataclass(eq=False)
@@ -63,6 +64,8 @@ class TrainJob:
     spec: LocalSpec
     batch_size: Optional[int]   # None = full batch (all the client's samples every step)
     tag: int = 0                # distinguishes several jobs of one (client, round, task)
+    rows: Optional[np.ndarray] = None   # subset of the client's samples (local row numbers)
+                                        # this job trains on; None = all (tsfl.md 6.3, Case 3)
 
 
 @dataclass
@@ -71,15 +74,31 @@ class TrainResult:
     steps: int
     loss_mean: float            # mean mini-batch loss over the steps (nan if 0 steps)
     grad_mean: Optional[torch.Tensor] = None
+    probe: Optional[dict] = None   # {"G2", "sigma2", "L"} when the spec asked for probes
+
+
+PROBE_KEY = 1 << 20   # extra key of the probe batch's stream: ("batches", client, round, task, tag, PROBE_KEY)
+
+
+def probe_estimates(ga: torch.Tensor, gb: torch.Tensor, gc: torch.Tensor, lr: float) -> dict:
+    """tsfl.md 3.4: from g_a (first training batch at w^t), g_b (an independent batch at w^t)
+    and g_c (batch a again at w^t - lr g_a):
+    G2 = (|g_a|^2 + |g_b|^2)/2, sigma2 = |g_a - g_b|^2/2, L = |g_c - g_a| / (lr |g_a|)
+    (L is None when g_a = 0)."""
+    na = float(ga.double().norm())
+    G2 = (na ** 2 + float(gb.double().norm()) ** 2) / 2
+    sigma2 = float((ga.double() - gb.double()).norm()) ** 2 / 2
+    L = float((gc.double() - ga.double()).norm()) / (lr * na) if na > 0 else None
+    return {"G2": G2, "sigma2": sigma2, "L": L}
 
 
 class JobFuture(Lazy):
-    __slots__ = ("job", "executor")
+    __slots__ = ("job", "executor", "probe_job")
     is_job = True
 
-    def __init__(self, job: TrainJob, executor):
+    def __init__(self, job: TrainJob, executor, probe_job: "Optional[JobFuture]" = None):
         super().__init__()
-        self.job, self.executor = job, executor
+        self.job, self.executor, self.probe_job = job, executor, probe_job
 
     def inputs(self):
         s = self.job.spec
@@ -89,3 +108,10 @@ class JobFuture(Lazy):
     def params(self) -> "Lazy":
         from .lazy import derived
         return derived(lambda r: r.params, self)
+
+    @property
+    def probe(self):
+        """The probe scalars (tsfl.md 3.4), lazy; a separate one-step job, so reading them
+        does not compute the whole training (DMS's filtered clients stay uncomputed)."""
+        from .lazy import derived
+        return None if self.probe_job is None else derived(lambda r: r.probe, self.probe_job)
