@@ -14,7 +14,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install $(PIPFLAGS) --upgrade pip
-	$(PIP) install $(PIPFLAGS) -e '.[test]'
+	$(PIP) install $(PIPFLAGS) -e '.[test,ray]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -31,3 +31,10 @@ clean:
 
 docs: $(STAMP)
 	$(BIN)/python -m emulator.docs --write
+
+# the straggler and availability study (issue 7): two sweeps, then their reports
+study: $(STAMP)
+	$(BIN)/flemu sweep scenarios/studies/stragglers.yaml
+	$(BIN)/flemu report runs/studies/stragglers
+	$(BIN)/flemu sweep scenarios/studies/availability.yaml
+	$(BIN)/flemu report runs/studies/availability

@@ -1,12 +1,26 @@
-"""Load run directories into pandas."""
+"""Load run directories and sweep folders into tidy pandas frames.
+
+    study = analysis.load("runs/studies/stragglers")     # a sweep folder, a run, or a list of them
+    study.summary    # one row per run: run, <swept values>, seed, status, summary figures
+    study.metrics    # metrics.csv of every run, with run, <swept values>, seed in front
+    study.clients    # clients.csv of every run (+ the client's device group), same keys
+
+Swept values come from the sweep's index (sweep.csv, listed in sweep.json). A plain run
+directory becomes one row with its directory name as `run`. Every frame has a `condition`
+column: the swept values except the seed joined into one label (for a plain run: its name),
+the natural unit to compare and to average over seeds.
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 import yaml
+
+KEYS = ("run", "condition", "seed")
 
 
 @dataclass
@@ -27,6 +41,10 @@ def is_run_dir(path) -> bool:
     return (p / "summary.json").exists() and (p / "metrics.csv").exists()
 
 
+def is_sweep_dir(path) -> bool:
+    return (Path(path) / "sweep.csv").exists()
+
+
 def load_run(path, clients: bool = True) -> Run:
     p = Path(path)
     if not is_run_dir(p):
@@ -34,3 +52,132 @@ def load_run(path, clients: bool = True) -> Run:
     cfg = yaml.safe_load((p / "config.yaml").read_text()) if (p / "config.yaml").exists() else {}
     cl = pd.read_csv(p / "clients.csv") if clients and (p / "clients.csv").exists() else pd.DataFrame()
     return Run(p, cfg, pd.read_csv(p / "metrics.csv"), cl, json.loads((p / "summary.json").read_text()))
+
+
+@dataclass
+class Study:
+    """Runs loaded together: tidy frames keyed by run (and the swept values)."""
+    paths: list
+    axes: list                       # swept columns (without seed), in order
+    summary: pd.DataFrame
+    metrics: pd.DataFrame
+    clients: pd.DataFrame
+    runs: dict = field(default_factory=dict)     # run -> Run (config, summary; frames are in the study)
+    meta: dict = field(default_factory=dict)     # sweep.json of a single sweep folder
+
+    @property
+    def kind(self) -> str:
+        if len(self.paths) == 1 and is_sweep_dir(self.paths[0]):
+            return "sweep"
+        return "run" if len(self.runs) == 1 else "runs"
+
+    @property
+    def target(self) -> Optional[float]:
+        """The target accuracy: the sweep's report hint, else the runs' run.target_accuracy."""
+        t = (self.meta.get("report") or {}).get("target") or self.meta.get("target_accuracy")
+        if t:
+            return float(t)
+        ts = {(r.config.get("run") or {}).get("target_accuracy") for r in self.runs.values()} - {None}
+        return float(ts.pop()) if len(ts) == 1 else None
+
+    @property
+    def conditions(self) -> list:
+        return list(dict.fromkeys(self.summary["condition"]))
+
+    def keys(self) -> list:
+        return ["run", *self.axes, "seed", "condition"]
+
+
+def _condition(row, axes) -> str:
+    if not axes:
+        return str(row["run"])
+    return " · ".join(f"{row[a]}" if a == "variant" else f"{a.split('.')[-1]}={row[a]}" for a in axes)
+
+
+def _flat_summary(s: dict) -> dict:
+    reach = s.get("reached_target") or {}
+    delay = (s.get("delay") or {}).get("0") or {}
+    out = {k: s.get(k) for k in ("status", "rounds", "virtual_time", "wall_time", "final_test_acc", "best_test_acc",
+                                 "final_test_loss", "grad_steps_virtual", "grad_steps_computed", "grad_steps_skipped",
+                                 "bytes_up", "bytes_down", "energy_j_total")}
+    out.update(target_round=reach.get("round"), target_time=reach.get("virtual_time"),
+               tau_max=delay.get("tau_max"), tau_avg=delay.get("tau_avg"))
+    return out
+
+
+def _sweep_entries(path: Path):
+    """(index rows, axes, meta) of a sweep folder."""
+    idx = pd.read_csv(path / "sweep.csv")
+    meta = {}
+    if (path / "sweep.json").exists():
+        meta = json.loads((path / "sweep.json").read_text())
+    axes = meta.get("axes")
+    if axes is None:                       # columns between `run` and `seed`
+        cols = list(idx.columns)
+        axes = cols[1:cols.index("seed")] if "seed" in cols else []
+    return idx, list(axes), meta
+
+
+def load(paths, clients: bool = True) -> Study:
+    """A sweep folder, a run directory, or a list of either -> Study (tidy frames)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    entries, axes, meta = [], [], {}
+    for p in paths:
+        if is_sweep_dir(p):
+            idx, ax, m = _sweep_entries(p)
+            meta = m if len(paths) == 1 else {}
+            for a in ax:
+                if a not in axes:
+                    axes.append(a)
+            for _, r in idx.iterrows():
+                d = p / (r["dir"] if isinstance(r.get("dir"), str) else f"runs/{r['run']}")
+                entries.append((d, {a: r[a] for a in ax}, r))
+        elif is_run_dir(p):
+            entries.append((p, {}, None))
+        else:
+            raise FileNotFoundError(f"{p} is neither a run directory (summary.json, metrics.csv) "
+                                    f"nor a sweep folder (sweep.csv)")
+    rows, mframes, cframes, runs = [], [], [], {}
+    names = [str(d.name) for d, _, _ in entries]
+    for d, values, irow in entries:
+        rid = d.name if names.count(d.name) == 1 else str(d)
+        row = {"run": rid, **{a: values.get(a) for a in axes}}
+        if is_run_dir(d):
+            r = load_run(d, clients=clients)
+            runs[rid] = r
+            row["seed"] = r.summary.get("seed", (r.config or {}).get("seed"))
+            row.update(_flat_summary(r.summary))
+            row["error"] = ""
+        else:                                # a failed or pending run of a sweep
+            row["seed"] = irow["seed"] if irow is not None else None
+            row["status"] = irow["status"] if irow is not None else "missing"
+            err = irow.get("error") if irow is not None else ""
+            row["error"] = err if isinstance(err, str) else ""
+        row["dir"] = str(d)
+        rows.append(row)
+        if rid in runs:
+            keys = {k: row[k] for k in ("run", *axes, "seed")}
+            m = runs[rid].metrics.copy()
+            mframes.append(m.assign(**keys)[[*keys, *m.columns]])
+            if clients and len(runs[rid].clients):
+                c = runs[rid].clients.copy()
+                part = d / "partition.csv"
+                if part.exists() and "group" not in c:
+                    g = pd.read_csv(part, usecols=["client", "group"])
+                    c = c.merge(g, on="client", how="left")
+                cframes.append(c.assign(**keys)[[*keys, *c.columns]])
+    summary = pd.DataFrame(rows)
+    if len(summary):
+        summary["condition"] = summary.apply(lambda r: _condition(r, axes), axis=1)
+    cond = dict(zip(summary["run"], summary["condition"])) if len(summary) else {}
+
+    def with_condition(frames):
+        if not frames:
+            return pd.DataFrame(columns=["run", *axes, "seed", "condition"])
+        f = pd.concat(frames, ignore_index=True)
+        f.insert(len(axes) + 2, "condition", f["run"].map(cond))
+        return f
+    return Study(paths, axes, summary, with_condition(mframes), with_condition(cframes) if clients else pd.DataFrame(),
+                 runs, meta)

@@ -1,4 +1,19 @@
-"""Figures from run directories (seaborn/matplotlib, written as PNG)."""
+"""Figures from run directories and sweeps (seaborn / matplotlib; PNG and SVG).
+
+Every function returns the matplotlib Figure and writes it when given `out` (see `save`).
+For a Study, `hue` (one line or bar colour per value) and `col` (one panel per value) name
+swept columns; by default a sweep's `report:` hints, else `variant` as hue and the first
+other swept column as panels. Curves over several seeds are drawn as their mean with a
+band of one standard deviation; runs are resampled on a common time (or round) grid, each
+evaluation holding until the next, as the model the fleet had at that moment.
+
+- accuracy_vs_time(run_dirs, out, x, y)   one line per run (what `flemu plot` draws)
+- curves(study, y, x)                      accuracy / loss vs virtual time or rounds, band over seeds
+- target_bars(study, target)               virtual time to the target accuracy per condition
+- participation_raster(run_dir, out)       clients x rounds: offline / available / aggregated / dropped
+- local_steps(study)                       distribution of local steps per client
+- latency_breakdown(study)                 round time split into compute, communication, waiting
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +22,129 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .load import load_run  # noqa: E402
+from .load import Study, load, load_run  # noqa: E402
+
+LABELS = {"virtual_time": "virtual time (s)", "round": "round", "test_acc": "test accuracy",
+          "test_loss": "test loss", "train_loss": "training loss", "wall_time": "wall-clock time (s)"}
+
+
+def label(col: str) -> str:
+    return LABELS.get(col, col)
+
+
+def save(fig, out, formats=None) -> list:
+    """Write `fig` to `out`: with a suffix (.png / .svg / .pdf) that format only, without one
+    every format of `formats` (default PNG and SVG). Returns the paths written."""
+    if out is None:
+        return []
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() in (".png", ".svg", ".pdf"):
+        paths = [out]
+    else:
+        paths = [out.with_name(f"{out.name}.{f}") for f in (formats or ("png", "svg"))]
+    for p in paths:
+        fig.savefig(p, dpi=120, bbox_inches="tight")
+    return paths
+
+
+def _study(x) -> Study:
+    return x if isinstance(x, Study) else load(x)
+
+
+def roles(study: Study, hue=None, col=None):
+    """(hue column, col column) for a study: arguments, else the sweep's report hints, else
+    `variant` / the last swept column as hue and the first other as panels."""
+    hint = (study.meta.get("report") or {}) if study.meta else {}
+    axes = [a for a in study.axes if study.summary[a].nunique(dropna=False) > 1] if study.axes else []
+    hue = hue or hint.get("hue")
+    col = col or hint.get("col")
+    if hue is None:
+        hue = "variant" if "variant" in axes else (axes[-1] if axes else "condition")
+    if col is None:
+        rest = [a for a in axes if a != hue]
+        col = rest[0] if rest and study.summary[rest[0]].nunique() <= 8 else None
+    if col == hue:
+        col = None
+    return hue, col
+
+
+def _series(study: Study, hue, col) -> pd.Series:
+    """Per run: the label of every swept value not shown by `col` (the hue of a plot), so that
+    sweeps with more than two axes still draw one line per condition."""
+    s = study.summary.set_index("run")
+    others = [a for a in study.axes if a not in (col,) and a in s and s[a].nunique(dropna=False) > 1]
+    if hue not in others and hue in s:
+        return s[hue].astype(str)
+    if not others:
+        return s["condition"].astype(str) if hue == "condition" else s[hue].astype(str)
+    order = [hue] + [a for a in others if a != hue] if hue in others else others
+    return s[order].astype(str).agg(" · ".join, axis=1)
+
+
+def _resample(m: pd.DataFrame, y: str, x: str, grid: np.ndarray, end: float) -> np.ndarray:
+    e = m.dropna(subset=[y]).sort_values(x)
+    if e.empty:
+        return np.full(len(grid), np.nan)
+    xs, ys = e[x].to_numpy(float), e[y].to_numpy(float)
+    i = np.searchsorted(xs, grid + 1e-9, side="right") - 1
+    v = np.where(i >= 0, ys[np.clip(i, 0, None)], np.nan)
+    v[grid > end + 1e-9] = np.nan
+    return v
+
+
+def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200, hue=None, col=None) -> pd.DataFrame:
+    """Every run's step curve on one grid: columns run, <hue>, <col>, seed, x, y."""
+    hue, col = roles(study, hue, col)
+    series = _series(study, hue, col)
+    m = study.metrics
+    if "model" in m and m["model"].nunique() > 1:
+        m = m[m["model"] == 0]
+    if m.empty or y not in m:
+        return pd.DataFrame(columns=["run", hue, x, y])
+    ends = m.groupby("run")[x].max()
+    top = float(ends.max())
+    grid = np.unique(np.round(np.linspace(0, top, min(points, int(top) + 1)))) if x == "round" \
+        else np.linspace(0, top, points)
+    frames = []
+    for run, g in m.groupby("run", sort=False):
+        v = _resample(g, y, x, grid, float(ends[run]))
+        f = pd.DataFrame({x: grid, y: v, "run": run, hue: series.get(run, run)})
+        if col:
+            f[col] = study.summary.set_index("run").loc[run, col]
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True).dropna(subset=[y])
+
+
+def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=None, out=None, points=200):
+    """`y` (test accuracy, test loss, ...) against virtual time or rounds: one line per hue
+    value (mean over seeds, band = one standard deviation), one panel per `col` value."""
+    study = _study(study)
+    hue, col = roles(study, hue, col)
+    df = curve_frame(study, y, x, points, hue, col)
+    sns.set_theme(style="whitegrid")
+    n_hue = df[hue].nunique() if len(df) else 1
+    g = sns.relplot(data=df, x=x, y=y, hue=hue if len(df) else None, col=col, col_wrap=min(3, df[col].nunique()) if col else None,
+                    kind="line", errorbar="sd", height=3.2, aspect=1.35,
+                    palette=sns.color_palette("tab10" if n_hue <= 10 else "husl", n_hue) if len(df) else None,
+                    facet_kws={"sharex": True, "sharey": True})
+    g.set_axis_labels(label(x), label(y))
+    if col:
+        g.set_titles(f"{col.split('.')[-1]} = {{col_name}}")
+    target = target if target is not None else (study.target if y == "test_acc" else None)
+    for ax in g.axes.flat:
+        if target and y == "test_acc":
+            ax.axhline(target, ls="--", lw=1, color="grey")
+    if g.legend is not None:
+        g.legend.set_title(hue.split(".")[-1] if hue != "condition" else "")
+    g.figure.suptitle(f"{label(y)} vs {label(x)}" + (f" (target {target:g} dashed)" if target and y == "test_acc" else ""),
+                      y=1.02)
+    save(g.figure, out)
+    return g.figure
 
 
 def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
@@ -23,8 +158,8 @@ def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
         r = load_run(d, clients=False)
         m = r.metrics.dropna(subset=[y]) if y in r.metrics else r.metrics.iloc[0:0]
         for model, g in m.groupby("model") if "model" in m else [(0, m)]:
-            label = r.name if m["model"].nunique() <= 1 else f"{r.name} (model {model})"
-            sns.lineplot(data=g, x=x, y=y, ax=ax, label=label, marker="." if len(g) < 60 else None)
+            lab = r.name if m["model"].nunique() <= 1 else f"{r.name} (model {model})"
+            sns.lineplot(data=g, x=x, y=y, ax=ax, label=lab, marker="." if len(g) < 60 else None)
     ax.set_xlabel({"virtual_time": "virtual time (s)", "round": "round"}.get(x, x))
     ax.set_ylabel({"test_acc": "test accuracy", "test_loss": "test loss"}.get(y, y))
     ax.set_title(f"{ax.get_ylabel()} vs {ax.get_xlabel()}")
@@ -40,6 +175,65 @@ def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
     return fig
 
 
+def _grouped_positions(xs, hs):
+    n = max(1, len(hs))
+    width = 0.8 / n
+    return {(xv, hv): i + (j - (n - 1) / 2) * width for i, xv in enumerate(xs) for j, hv in enumerate(hs)}, width
+
+
+def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None):
+    """Virtual time to reach the target accuracy, per condition: bars = mean over the seeds
+    that reached it (error bar: one standard deviation, `k/n` when only k of n did); a
+    hatched grey bar up to the longest run's time marks a condition where none did."""
+    from .metrics import run_metrics
+    study = _study(study)
+    target = target if target is not None else study.target
+    if target is None:
+        raise ValueError("no target accuracy: give target= (or set run.target_accuracy)")
+    hue_, col = roles(study, hue, None)
+    x = x or col
+    pr = per_run if per_run is not None else run_metrics(study, target=target)
+    pr = pr[pr["status"].isin(["complete", "diverged", "stalled"])].copy()
+    series = _series(study, hue_, x)
+    pr["_hue"] = pr["run"].map(series)
+    if x is None:
+        pr["_x"] = ""
+    else:
+        pr["_x"] = pr[x]
+    xs = list(dict.fromkeys(sorted(pr["_x"].unique(), key=lambda v: (isinstance(v, str), v)))) if len(pr) else []
+    hs = list(dict.fromkeys(pr["_hue"]))
+    pos, width = _grouped_positions(xs, hs)
+    colors = dict(zip(hs, sns.color_palette("tab10" if len(hs) <= 10 else "husl", len(hs))))
+    horizon = float(pr["virtual_time"].max()) if len(pr) else 1.0
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(xs) * max(1, len(hs)) * 0.45 + 2), 4.2))
+    labelled = set()
+    for (xv, hv), g in pr.groupby(["_x", "_hue"], sort=False):
+        p = pos[(xv, hv)]
+        t = g["time_to_target"].dropna()
+        lab = hv if hv not in labelled else None
+        if len(t):
+            ax.bar(p, t.mean(), width * 0.95, yerr=t.std(ddof=1) if len(t) > 1 else None, color=colors[hv],
+                   label=lab, capsize=2)
+            if len(t) < len(g):
+                ax.text(p, t.mean(), f"{len(t)}/{len(g)}", ha="center", va="bottom", fontsize=7)
+        else:
+            ax.bar(p, horizon, width * 0.95, color="none", edgecolor=colors[hv], hatch="//", lw=0.8, label=lab)
+            ax.text(p, horizon, "✕", ha="center", va="bottom", fontsize=9, color=colors[hv])
+        labelled.add(hv)
+    ax.set_xticks(range(len(xs)))
+    ax.set_xticklabels([str(v) for v in xs])
+    ax.set_xlabel(x.split(".")[-1] if x else "")
+    ax.set_ylabel(f"virtual time to {target:g} accuracy (s)")
+    ax.set_title(f"time to target accuracy {target:g} (hatched ✕: not reached within {horizon:g} s)", fontsize=10)
+    if hs:
+        ax.legend(title=hue_.split(".")[-1] if hue_ != "condition" else None, fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    save(fig, out)
+    return fig
+
+
 STATES = ["offline", "available", "aggregated", "selected, not aggregated", "dropped"]
 STATE_COLOURS = ["#f0f0f0", "#c6dbef", "#2171b5", "#fdae6b", "#e6550d"]
 
@@ -47,8 +241,6 @@ STATE_COLOURS = ["#f0f0f0", "#c6dbef", "#2171b5", "#fdae6b", "#e6550d"]
 def participation_matrix(clients):
     """(clients x rounds) state codes from clients.csv: 0 offline, 1 available, 2 aggregated
     (weight > 0), 3 selected but not aggregated, 4 dropped."""
-    import numpy as np
-
     rounds = np.array(sorted(clients["round"].unique()))
     n = int(clients["client"].max()) + 1
     m = np.zeros((n, len(rounds)), dtype=int)
@@ -58,7 +250,7 @@ def participation_matrix(clients):
     return m, rounds
 
 
-def participation_raster(run_dir, out=None):
+def participation_raster(run_dir, out=None, title=None):
     """Clients x rounds raster of participation states. Returns the Figure."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
@@ -71,10 +263,81 @@ def participation_raster(run_dir, out=None):
     ax.set_xlabel("round")
     ax.set_ylabel("client")
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(f"participation: {r.name}")
+    ax.set_title(title or f"participation: {r.name}")
     ax.legend(handles=[Patch(color=c, label=s) for s, c in zip(STATES, STATE_COLOURS)],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
     if out is not None:
-        fig.savefig(out, dpi=120)
+        save(fig, out)
+    return fig
+
+
+def local_steps(study, run=None, hue=None, col=None, out=None):
+    """Local steps per client per round (the selected clients; T-SFL: tau). One run: a box per
+    client, coloured by device group. Several: the mean per client, one line per condition
+    (band over seeds)."""
+    study = _study(study)
+    c = study.clients
+    if c.empty:
+        raise ValueError("no clients.csv rows in this study")
+    c = c[c["selected"].astype(bool)]
+    sns.set_theme(style="whitegrid")
+    if run is not None or len(study.runs) == 1:
+        rid = run if run is not None else next(iter(study.runs))
+        d = c[c["run"] == rid]
+        fig, ax = plt.subplots(figsize=(min(14, 3 + 0.3 * d["client"].nunique()), 4))
+        sns.boxplot(data=d, x="client", y="steps", hue="group" if "group" in d else None, ax=ax, dodge=False,
+                    fliersize=2, linewidth=0.8)
+        ax.set_title(f"local steps per round: {rid}", fontsize=10)
+        ax.set_xlabel("client")
+        ax.set_ylabel("local steps per round")
+        if ax.get_legend() is not None:
+            ax.legend(title="group", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+        fig.tight_layout()
+        save(fig, out)
+        return fig
+    hue, col = roles(study, hue, col)
+    series = _series(study, hue, col)
+    per = c.groupby(["run", "client"], as_index=False)["steps"].mean()
+    per[hue] = per["run"].map(series)
+    if col:
+        per[col] = per["run"].map(study.summary.set_index("run")[col])
+    g = sns.relplot(data=per, x="client", y="steps", hue=hue, col=col,
+                    col_wrap=min(3, per[col].nunique()) if col else None, kind="line", errorbar="sd", marker="o",
+                    markersize=3, height=3.2, aspect=1.35)
+    g.set_axis_labels("client", "mean local steps per round")
+    if col:
+        g.set_titles(f"{col.split('.')[-1]} = {{col_name}}")
+    if g.legend is not None:
+        g.legend.set_title(hue.split(".")[-1] if hue != "condition" else "")
+    g.figure.suptitle("local steps per client (selected rounds; mean over seeds)", y=1.02)
+    save(g.figure, out)
+    return g.figure
+
+
+def latency_breakdown(study, per_run=None, out=None):
+    """Mean round time per condition split into compute, communication and waiting (seconds
+    per round, mean over the selected clients, then over rounds and seeds)."""
+    from .metrics import run_metrics
+    study = _study(study)
+    pr = per_run if per_run is not None else run_metrics(study)
+    pr = pr.dropna(subset=["compute_s"]) if "compute_s" in pr else pr.iloc[0:0]
+    agg = pr.groupby("condition", sort=False)[["compute_s", "comm_s", "waiting_s"]].mean()
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * max(1, len(agg))))
+    left = np.zeros(len(agg))
+    for k, lab, colr in (("compute_s", "compute", "#4c72b0"), ("comm_s", "communication", "#dd8452"),
+                         ("waiting_s", "waiting", "#c7c7c7")):
+        vals = agg[k].to_numpy() if k in agg else np.zeros(len(agg))
+        ax.barh(range(len(agg)), vals, left=left, color=colr, label=lab, height=0.7)
+        left += np.nan_to_num(vals)
+    ax.set_yticks(range(len(agg)))
+    ax.set_yticklabels(list(agg.index), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per round (mean over selected clients)")
+    ax.set_ylabel("condition")
+    ax.set_title("round latency: compute, communication, waiting", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    save(fig, out)
     return fig

@@ -1,4 +1,4 @@
-"""The `flemu` command line: run, validate, list, plot.
+"""The `flemu` command line: run, validate, list, plot, sweep, compare, report.
 
 `flemu run FILE [--set k=v]... [--out DIR] [--seed N]` runs a scenario with a progress bar;
 `flemu validate FILE` checks it; `flemu list [what]` lists every registered component with
@@ -9,7 +9,6 @@ its parameters; `flemu plot RUN_DIR` draws accuracy against virtual time.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -185,6 +184,149 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
         _fail(f"cannot convert: {e}")
     for k, v in written.items():
         out.print(f"{k}: {v}", highlight=False)
+
+
+
+# --------------------------------------------------------------------------- studies
+def _yaml_value(text: str):
+    import yaml
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+@app.command()
+def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a scenario file used as the base"),
+          grid: List[str] = typer.Option([], "--grid", help="an axis: path=[v1, v2] (repeatable)"),
+          set_: List[str] = typer.Option([], "--set", help="override for every run: path=value (repeatable)"),
+          seeds: Optional[str] = typer.Option(None, "--seeds", help="number of seeds n (0..n-1) or a list [0, 7]"),
+          out_dir: Optional[Path] = typer.Option(None, "--out", help="sweep folder (default: the file's `out`, else runs/<name>)"),
+          backend: Optional[str] = typer.Option(None, "--backend", help="local (a process per run) | ray"),
+          workers: Optional[int] = typer.Option(None, "--workers", "-j", help="runs at once (local default: CPU cores)"),
+          address: Optional[str] = typer.Option(None, "--address", help="ray: join this cluster (default: start a local instance)"),
+          cpus: Optional[float] = typer.Option(None, "--cpus-per-run", help="ray: CPUs reserved per run (default 1)"),
+          gpus: Optional[float] = typer.Option(None, "--gpus-per-run", help="ray: GPUs per run (fractions allowed)"),
+          threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default: cores / workers)"),
+          retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
+          rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
+          dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+    """Run a sweep (variants x grid x seeds) into one folder with an index (sweep.csv).
+    Re-running it resumes: finished runs are skipped, failed ones are retried."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from . import sweep as sw
+    from .errors import FlemuError, ScenarioError
+
+    res_over = {}
+    if cpus is not None:
+        res_over["num_cpus"] = cpus
+    if gpus is not None:
+        res_over["num_gpus"] = gpus
+    try:
+        spec = sw.load_spec(file, grid=grid, sets=set_, seeds=_yaml_value(seeds) if seeds is not None else None,
+                            out=out_dir)
+        if dry_run:
+            res = sw.run_sweep(spec, backend=backend, workers=workers, threads=threads, dry_run=True)
+            t = Table(title=f"sweep {spec.name}: {len(res.index)} runs in {spec.dir}", title_justify="left")
+            for c in ["run", *[a.name for a in spec.axes], "seed", "status"]:
+                t.add_column(c)
+            for _, r in res.index.iterrows():
+                t.add_row(*[str(r[c]) for c in ["run", *[a.name for a in spec.axes], "seed", "status"]])
+            out.print(t)
+            return
+        with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), TextColumn("{task.fields[count]}"),
+                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                      TimeRemainingColumn(), console=console, disable=quiet) as prog:
+            bar = prog.add_task(spec.name, total=None, info="planning", count="")
+
+            def on_progress(d):
+                info = f"{d['done']} done · {d['failed']} failed · {d['running']} running"
+                if d["skipped"]:
+                    info += f" · {d['skipped']} already finished"
+                n = d["done"] + d["failed"]
+                prog.update(bar, total=d["total"], completed=n, info=info, count=f"{n}/{d['total']}")
+
+            res = sw.run_sweep(spec, backend=backend, workers=workers, address=address, resources=res_over or None,
+                               threads=threads, retry_failed=retry_failed, rerun_stale=rerun_stale,
+                               progress=on_progress)
+    except ScenarioError as e:
+        _fail(e)
+    except FlemuError as e:
+        _fail(e)
+    c = res.counts
+    parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "failed", "pending") if c.get(k)]
+    out.print(f"sweep {spec.name}: {len(res.index)} runs: {', '.join(parts)} "
+              f"({c['ran']} run now, {c['skipped']} already finished)", highlight=False)
+    out.print(f"sweep folder: {res.dir} (index: {res.dir / 'sweep.csv'})", highlight=False)
+    failed = res.index[res.index["status"] == "failed"]
+    for _, r in failed.head(10).iterrows():
+        console.print(f"failed {r['run']}: {r['error']}", style="red", highlight=False, markup=False, soft_wrap=True)
+    if len(failed):
+        console.print(f"details: {res.dir / 'failures'}/<run>.json; re-run the same command to retry",
+                      highlight=False, markup=False)
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or sweep folders"),
+            target: Optional[float] = typer.Option(None, "--target", help="target accuracy (default: the runs' run.target_accuracy)"),
+            budget: Optional[float] = typer.Option(None, "--budget", help="virtual-time budget (s) for accuracy-at-budget"),
+            by: List[str] = typer.Option([], "--by", help="group by these columns (default: the swept axes)"),
+            csv: Optional[Path] = typer.Option(None, "--csv", help="CSV to write (default: compare.csv beside the first DIR)")):
+    """Compare runs: per condition, mean ± std over seeds of time and rounds to target,
+    accuracy at a budget, AUC, straggler share, participation and delay figures."""
+    from analysis import metrics as M
+    from analysis.load import load
+    from analysis.report import comparison_table
+
+    for d in dirs:
+        if not d.exists():
+            _fail(f"{d}: no such run directory or sweep folder")
+    try:
+        study = load(dirs)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    per_run = M.run_metrics(study, target=target, budget=budget)
+    cmp = M.compare(study, target=target, budget=budget, by=by or None, per_run=per_run)
+    keys = list(by) if by else (study.axes or ["condition"])
+    table = comparison_table(cmp, keys)
+    wide = ["acc. at budget", "round time (s)", "particip. CV", "tau avg", "delta"]   # in the CSV
+    table = table[[c for c in table.columns if c not in wide or (c == "acc. at budget" and budget is not None)]]
+    t = Table(title=f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
+                                              if (target is not None or study.target is not None) else ""),
+              title_justify="left")
+    for c in table.columns:
+        t.add_column(str(c), overflow="fold")
+    for row in table.itertuples(index=False):
+        t.add_row(*[str(v) for v in row])
+    out.print(t)
+    dest = csv or ((dirs[0] if study.kind == "sweep" else dirs[0].parent) / "compare.csv")
+    cmp.to_csv(dest, index=False)
+    out.print(f"wrote {dest}", highlight=False)
+
+
+@app.command()
+def report(dirs: List[Path] = typer.Argument(..., help="a sweep folder, or run directories"),
+           out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="report file (.html or .md; default DIR/report.html)"),
+           fmt: Optional[str] = typer.Option(None, "--format", help="html | md"),
+           target: Optional[float] = typer.Option(None, "--target", help="target accuracy"),
+           budget: Optional[float] = typer.Option(None, "--budget", help="virtual-time budget (s)")):
+    """Write a self-contained HTML report (figures embedded; PNG + SVG also under figures/),
+    or Markdown beside its PNG figures."""
+    from analysis import report as R
+
+    if fmt is not None and fmt not in ("html", "md"):
+        _fail(f"--format must be html or md, got {fmt!r}")
+    for d in dirs:
+        if not d.exists():
+            _fail(f"{d}: no such run directory or sweep folder")
+    try:
+        path = R.write(dirs if len(dirs) > 1 else dirs[0], out=out_file, fmt=fmt, target=target, budget=budget)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    out.print(f"wrote {path}", highlight=False)
 
 
 def main():

@@ -1,0 +1,246 @@
+"""A report of a run or a sweep: one self-contained HTML file (figures embedded), or Markdown
+beside its PNG figures.
+
+    analysis.report.write("runs/studies/stragglers")            # -> runs/studies/stragglers/report.html
+    analysis.report.write(["runs/a", "runs/b"], out="ab.md")    # Markdown + ab_figures/*.png
+
+Contents: what was run (the base scenario in a few lines, the swept values, seeds, how many
+runs finished or failed), the comparison table (mean ± std over seeds per condition), the
+figures (accuracy and loss vs virtual time and vs rounds, time to target, round-latency
+breakdown, local steps per client, participation rasters), failures with their errors,
+every run's metrics, and the definitions of the metrics. Every figure is also written as
+PNG and SVG under `figures/` next to the report.
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import math
+from pathlib import Path
+from typing import Optional
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from . import metrics as M
+from . import plots as P
+from .load import Study, load
+
+TABLE_COLUMNS = [("runs", "runs", None), ("reached", "reached", None), ("time_to_target", "time to target (s)", 1),
+                 ("rounds_to_target", "rounds to target", 1), ("acc_at_budget", "acc. at budget", 3),
+                 ("final_acc", "final acc.", 3), ("auc", "AUC (mean acc.)", 3),
+                 ("straggler_share", "straggler share", 2), ("round_time_s", "round time (s)", 2),
+                 ("participation_cv", "particip. CV", 2), ("tau_avg", "tau avg", 1), ("heterogeneity", "delta", 2)]
+
+DEFINITIONS = [
+    ("time / rounds to target", "virtual time and aggregations until the first evaluation at or above the target accuracy (mean over the seeds that reached it; `reached` counts them)"),
+    ("acc. at budget", "the last evaluated test accuracy at or before the time budget"),
+    ("AUC (mean acc.)", "area under the accuracy-vs-virtual-time step curve divided by the horizon (the same for every run): the time-averaged accuracy"),
+    ("straggler share", "share of the round time spent after the median selected client had finished, waiting on the slowest"),
+    ("round time", "mean seconds per aggregation; the latency figure splits it into compute, communication and waiting (mean over selected clients)"),
+    ("particip. CV", "coefficient of variation over clients of the share of aggregations each client was in (0: everyone equally)"),
+    ("tau avg", "FedSUM delay metric: mean over aggregations of t - (oldest last-aggregation round among clients)"),
+    ("delta", "T-SFL heterogeneity degree: population variance over clients of the local iterations tau, mean over aggregations"),
+]
+
+
+def _fig_bytes(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def _num(v, digits):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if digits is None:
+        return f"{int(v)}" if float(v).is_integer() else f"{v:g}"
+    return f"{v:.{digits}f}"
+
+
+def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
+    """The compare frame as strings: mean ± std per metric."""
+    out = pd.DataFrame({k.split(".")[-1] if k != "condition" else "condition": cmp[k].astype(str) for k in keys})
+    for col, title, digits in TABLE_COLUMNS:
+        if col in cmp:
+            out[title] = [_num(v, digits) for v in cmp[col]]
+        elif f"{col}_mean" in cmp:
+            out[title] = [(_num(m, digits) + (f" ± {_num(s, digits)}" if s == s and s is not None else ""))
+                          if m == m else "-" for m, s in zip(cmp[f"{col}_mean"], cmp.get(f"{col}_std", [math.nan] * len(cmp)))]
+    if "failed" in cmp and cmp["failed"].sum():
+        out.insert(len(keys) + 1, "failed", cmp["failed"].astype(int).astype(str))
+    return out
+
+
+def _scenario_lines(cfg: dict) -> list:
+    if not cfg:
+        return []
+    w = cfg.get("workload") or {}
+    lines = []
+    if w:
+        lines.append(f"workload: {w.get('dataset', {}).get('name')} / {w.get('model', {}).get('name')}, "
+                     f"partition {(w.get('partition') or {}).get('name', 'default')}, batch {w.get('batch_size')}")
+    cl = cfg.get("clients") or {}
+    groups = ", ".join(f"{g.get('name')} ({g.get('fraction') or g.get('count')}: compute "
+                       f"{(g.get('compute') or {}).get('model')}, availability {(g.get('availability') or {}).get('model', 'always')})"
+                       for g in cl.get("groups", []))
+    lines.append(f"clients: {cl.get('count')} in groups {groups}")
+    p, a = cfg.get("protocol") or {}, cfg.get("algorithm") or {}
+    lines.append(f"protocol: {p.get('name')}; algorithm: {a.get('name')} (lr {a.get('lr')})")
+    r = cfg.get("run") or {}
+    stop = ", ".join(f"{k} {v}" for k, v in r.items() if k in ("rounds", "virtual_time", "target_accuracy"))
+    lines.append(f"run: {stop}")
+    return lines
+
+
+def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
+    """[(title, png path, caption)] — each also written as SVG."""
+    figs = []
+
+    def add(name, title, caption, fn):
+        try:
+            fig = fn(fig_dir / name)
+        except (ValueError, KeyError) as e:          # a figure that does not apply (e.g. no target)
+            figs.append((title, None, f"not drawn: {e}"))
+            return
+        plt.close(fig)
+        figs.append((title, fig_dir / f"{name}.png", caption))
+    add("accuracy_vs_time", "Test accuracy vs virtual time",
+        "Latency vs accuracy: mean over seeds, band = one standard deviation; dashed: the target.",
+        lambda o: P.curves(study, "test_acc", "virtual_time", target=target, out=o))
+    add("accuracy_vs_rounds", "Test accuracy vs rounds", "The same runs against aggregations.",
+        lambda o: P.curves(study, "test_acc", "round", target=target, out=o))
+    add("loss_vs_time", "Test loss vs virtual time", "",
+        lambda o: P.curves(study, "test_loss", "virtual_time", out=o))
+    if target is not None:
+        add("time_to_target", f"Virtual time to {target:g} test accuracy",
+            "Mean over the seeds that reached it; k/n: only k of n seeds did; hatched: none did.",
+            lambda o: P.target_bars(study, target=target, per_run=per_run, out=o))
+    add("latency_breakdown", "Round latency breakdown",
+        "Seconds per aggregation, mean over the selected clients: computing, communicating, and waiting for the round to close.",
+        lambda o: P.latency_breakdown(study, per_run=per_run, out=o))
+    if len(study.clients):
+        add("local_steps", "Local steps per client", "Steps each client completed in the rounds it was selected (T-SFL: its iterations tau).",
+            lambda o: P.local_steps(study, out=o))
+        hue, _ = P.roles(study)
+        s = study.summary[study.summary["run"].isin(list(study.runs))]
+        picks = s.drop_duplicates(subset=[hue] if hue in s else ["condition"]).head(6)
+        for _, r in picks.iterrows():
+            name = f"participation_{len(figs)}"
+            add(name, f"Participation: {r['condition']} (seed {r['seed']})",
+                "Clients x rounds: offline, available, aggregated, selected but not aggregated, dropped.",
+                lambda o, d=r["dir"], t=r["condition"]: P.participation_raster(d, o, title=f"participation: {t}"))
+    return figs
+
+
+def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = None,
+          budget: Optional[float] = None) -> Path:
+    """Write the report; returns its path. `fmt`: html (default) or md (also from `out`'s suffix)."""
+    study = paths if isinstance(paths, Study) else load(paths)
+    if out is None:
+        base = Path(study.paths[0]) if len(study.paths) == 1 else Path(".")
+        out = base / ("report.md" if fmt == "md" else "report.html")
+    out = Path(out)
+    fmt = fmt or ("md" if out.suffix.lower() in (".md", ".markdown") else "html")
+    fig_dir = out.parent / ("figures" if out.stem == "report" else f"{out.stem}_figures")
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    target = target if target is not None else study.target
+    per_run = M.run_metrics(study, target=target, budget=budget)
+    cmp = M.compare(study, target=target, budget=budget, per_run=per_run)
+    keys = (study.axes if study.axes else ["condition"])
+    table = comparison_table(cmp, keys)
+    figs = _figures(study, fig_dir, target, per_run)
+    failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled"])]
+    first = next(iter(study.runs.values()), None)
+    title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
+    facts = _facts(study, target, budget)
+    scen = _scenario_lines(first.config if first is not None else {})
+    if study.kind == "sweep":
+        scen = [f"base scenario (every run; swept values replace parts of it) — {x}" if i == 0 else x
+                for i, x in enumerate(scen)]
+    run_cols = [c for c in ["run", *study.axes, "seed", "status", "final_acc", "time_to_target", "rounds_to_target",
+                            "auc", "straggler_share", "round_time_s", "tau_avg", "heterogeneity", "wall_time"]
+                if c in per_run]
+    runs = per_run[run_cols].copy()
+    if fmt == "md":
+        text = _markdown(title, facts, scen, table, figs, failed, runs, out)
+    else:
+        text = _html(title, facts, scen, table, figs, failed, runs)
+    out.write_text(text)
+    return out
+
+
+def _facts(study: Study, target, budget) -> list:
+    s = study.summary
+    counts = s["status"].value_counts().to_dict()
+    facts = [f"source: {', '.join(str(p) for p in study.paths)}",
+             f"runs: {len(s)} ({', '.join(f'{v} {k}' for k, v in counts.items())})"]
+    if study.meta.get("description"):
+        facts.insert(0, str(study.meta["description"]).strip())
+    for a in study.axes:
+        facts.append(f"swept {a}: {', '.join(str(v) for v in dict.fromkeys(s[a]))}")
+    if "seed" in s and s["seed"].nunique() > 1:
+        facts.append(f"seeds: {', '.join(str(v) for v in sorted(s['seed'].dropna().unique()))} (bands and ± are one standard deviation over seeds)")
+    if target is not None:
+        facts.append(f"target accuracy: {target:g}")
+    if budget is not None:
+        facts.append(f"time budget: {budget:g} s")
+    facts.append(f"generated {datetime.datetime.now().isoformat(timespec='seconds')} by flemu report")
+    return facts
+
+
+CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right}
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
+img{max-width:100%}.err{color:#b00}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}"""
+
+
+def _html(title, facts, scen, table, figs, failed, runs) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>flemu report: {e(str(title))}</h1><ul>" + "".join(f"<li>{e(f)}</li>" for f in facts) + "</ul>"]
+    if scen:
+        parts.append("<h2>Scenario</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in scen) + "</ul>")
+    parts.append("<h2>Comparison</h2>" + table.to_html(index=False, escape=True, border=0))
+    parts.append("<h2>Figures</h2>")
+    for t, p, cap in figs:
+        if p is None:
+            parts.append(f"<p><b>{e(t)}</b>: {e(cap)}</p>")
+            continue
+        parts.append(f"<figure><h3>{e(t)}</h3><img alt='{e(t)}' src='data:image/png;base64,{_fig_bytes(p)}'>"
+                     f"<figcaption>{e(cap)} (<a href='{e(p.parent.name)}/{e(p.stem)}.svg'>SVG</a>)</figcaption></figure>")
+    if len(failed):
+        parts.append("<h2>Failed runs</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
+                                                                                        classes="err"))
+    parts.append("<h2>Every run</h2>" + runs.to_html(index=False, escape=True, border=0, na_rep="-",
+                                                    float_format=lambda v: f"{v:.4g}"))
+    parts.append("<h2>Definitions</h2><ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in DEFINITIONS) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def md_table(df: pd.DataFrame) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else f"{v:.4g}"
+        return str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _markdown(title, facts, scen, table, figs, failed, runs, out: Path) -> str:
+    parts = [f"# flemu report: {title}", "", *[f"- {f}" for f in facts], ""]
+    if scen:
+        parts += ["## Scenario", "", *[f"- {x}" for x in scen], ""]
+    parts += ["## Comparison", "", md_table(table), "", "## Figures", ""]
+    for t, p, cap in figs:
+        if p is None:
+            parts += [f"**{t}**: {cap}", ""]
+            continue
+        rel = p.relative_to(out.parent)
+        parts += [f"### {t}", "", f"![{t}]({rel.as_posix()})", "", cap, ""]
+    if len(failed):
+        parts += ["## Failed runs", "", md_table(failed[["run", "status", "error"]]), ""]
+    parts += ["## Every run", "", md_table(runs), "", "## Definitions", "", *[f"- **{k}**: {v}" for k, v in DEFINITIONS], ""]
+    return "\n".join(parts)

@@ -1,0 +1,9 @@
+"""Imported once by the local sweep backend's fork server, so that every run process forked
+from it starts with torch, flemu and the scenario schema already loaded."""
+from . import runner, scenario, sweep_worker  # noqa: F401
+
+scenario.schema()
+try:                                  # the `digits` data set's loader
+    import sklearn.datasets  # noqa: F401
+except ImportError:                   # pragma: no cover
+    pass

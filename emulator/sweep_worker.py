@@ -1,0 +1,74 @@
+"""One sweep run in its own process: `python -m emulator.sweep_worker SCENARIO OUT ERROR_JSON`.
+
+Runs the resolved scenario into OUT (the runner writes it under a temporary name and renames
+it when complete). Exit status 0 when the run directory was written (status complete,
+diverged or stalled); otherwise 1, with {type, error, detail} in ERROR_JSON. `run_to_files`
+is the same for a Ray task: it runs in a private temporary folder and returns the run
+directory's files, which the sweep driver writes into the sweep folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+
+def describe(exc: BaseException) -> dict:
+    """{type, error (one line), detail (the full text and traceback)}."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    one = " ".join(lines) if lines else repr(exc)
+    return {"type": type(exc).__name__, "error": f"{type(exc).__name__}: {one}"[:400],
+            "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
+
+
+def run_one(scenario_file: str, out: str) -> dict:
+    from .runner import run
+    return run(scenario_file, out=out).summary
+
+
+def run_to_files(scenario: dict, run_id: str) -> dict:
+    """Run a resolved scenario mapping in a temporary folder; return {"ok", "files": {name:
+    bytes}} or {"ok": False, type, error, detail}. (Used by the Ray backend.)"""
+    import shutil
+
+    from .runner import run
+    tmp = Path(tempfile.mkdtemp(prefix=f"flemu-{run_id[:40]}-"))
+    try:
+        out = tmp / "run"
+        run(scenario, out=out)
+        files = {}
+        for f in sorted(out.rglob("*")):
+            if f.is_file():
+                files[str(f.relative_to(out))] = f.read_bytes()
+        return {"ok": True, "files": files}
+    except Exception as e:       # noqa: BLE001 - every failure is recorded with the run
+        return {"ok": False, **describe(e)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    scenario_file, out, err_file = argv
+    try:
+        run_one(scenario_file, out)
+        return 0
+    except BaseException as e:   # noqa: BLE001 - the driver records it; the sweep goes on
+        rec = describe(e)
+        tmp = f"{err_file}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(rec, f)
+        os.replace(tmp, err_file)
+        print(rec["detail"], file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Sweeps (issue 7): grid expansion, resume, failures, the local and Ray backends, SIGKILL."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from emulator import sweep as sw
+from emulator.errors import ScenarioError
+
+from conftest import tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spec_dict(out, **extra):
+    d = {"name": "t", "base": tiny(), "out": str(out), "seeds": 2,
+         "variants": {"a": {"algorithm.lr": 0.1}, "b": {"algorithm.lr": 0.05}},
+         "grid": {"protocol.local_steps": [2, 4]}}
+    d.update(extra)
+    return d
+
+
+def test_grid_variants_and_seeds_expand_to_the_expected_runs(tmp_path):
+    spec = sw.load_spec(spec_dict(tmp_path / "s", seeds=[0, 7]))
+    plans = sw.expand(spec)
+    assert len(plans) == 2 * 2 * 2
+    ids = [p.id for p in plans]
+    assert ids[0] == "variant=a__local_steps=2__seed=0" and ids[-1] == "variant=b__local_steps=4__seed=7"
+    p = plans[-1]
+    assert p.values == {"variant": "b", "protocol.local_steps": 4} and p.seed == 7
+    assert p.overrides == [("algorithm.lr", 0.05), ("protocol.local_steps", 4)]
+    sw.resolve(spec, plans)
+    assert p.scenario["seed"] == 7 and p.scenario["algorithm"]["lr"] == 0.05
+    assert p.scenario["protocol"]["local_steps"] == 4
+    assert p.scenario["output"]["dir"].endswith("runs/" + p.id)
+
+
+def test_named_axes_wildcards_and_errors(tmp_path):
+    d = spec_dict(tmp_path / "s", seeds=1, variants=None,
+                  grid={"speed": {"slow": {"clients.groups[*].compute.step_time": 1.0},
+                                  "fast": {"clients.groups[*].compute.step_time": 0.01}}})
+    spec = sw.load_spec(d)
+    plans = sw.resolve(spec, sw.expand(spec))
+    assert [p.id for p in plans] == ["speed=slow__seed=0", "speed=fast__seed=0"]
+    assert plans[0].scenario["clients"]["groups"][0]["compute"]["step_time"] == 1.0
+    # every problem of every run reported together, each under its run id
+    bad = spec_dict(tmp_path / "x", grid={"algorithm.lr": [-1, 0.1], "protocol.local_steps": [-3]}, seeds=1)
+    with pytest.raises(ScenarioError) as e:
+        s = sw.load_spec(bad)
+        sw.resolve(s, sw.expand(s))
+    text = str(e.value)
+    assert "run variant=a__lr=-1__local_steps=-3__seed=0: algorithm.lr" in text
+    assert "protocol.local_steps" in text
+    with pytest.raises(ScenarioError, match="seeds"):
+        sw.load_spec(spec_dict(tmp_path / "y", seeds=[1, 1]))
+    with pytest.raises(ScenarioError, match="unknown key"):
+        sw.load_spec({**spec_dict(tmp_path / "z"), "gird": {}})
+
+
+def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
+    bad = tmp_path / "broken.npz"
+    bad.write_text("not an npz file")
+    d = spec_dict(tmp_path / "s", seeds=1, grid={},
+                  variants={"ok": {"algorithm.lr": 0.1},
+                            "broken": {"workload.dataset": {"name": "npz", "path": str(bad)}}})
+    res = sw.run_sweep(sw.load_spec(d), workers=2, threads=1)
+    idx = res.index.set_index("run")
+    assert idx.loc["variant=ok__seed=0", "status"] == "complete"
+    assert idx.loc["variant=broken__seed=0", "status"] == "failed"
+    assert "cannot read" in idx.loc["variant=broken__seed=0", "error"]
+    fail = json.loads((res.dir / "failures" / "variant=broken__seed=0.json").read_text())
+    assert fail["attempts"] == 1 and "Traceback" in fail["detail"]
+    assert res.counts["complete"] == 1 and res.counts["failed"] == 1 and res.counts["ran"] == 2
+    ok_dir = res.dir / "runs" / "variant=ok__seed=0"
+    stamp = (ok_dir / "summary.json").stat().st_mtime_ns
+    # resume: the finished run is skipped, the failed one retried (and fails again)
+    res2 = sw.run_sweep(sw.load_spec(d), workers=2, threads=1)
+    assert res2.counts["skipped"] == 1 and res2.counts["ran"] == 1
+    assert (ok_dir / "summary.json").stat().st_mtime_ns == stamp
+    fail = json.loads((res.dir / "failures" / "variant=broken__seed=0.json").read_text())
+    assert fail["attempts"] == 2
+    # --skip-failed runs nothing; the index still lists both
+    res3 = sw.run_sweep(sw.load_spec(d), workers=2, threads=1, retry_failed=False)
+    assert res3.counts["ran"] == 0 and len(pd.read_csv(res.dir / "sweep.csv")) == 2
+    # a changed base makes the finished run stale: refused unless asked
+    d2 = dict(d, base=tiny(**{"run.rounds": 4}))
+    with pytest.raises(sw.SweepError, match="different scenario"):
+        sw.run_sweep(sw.load_spec(d2), workers=1, threads=1)
+
+
+def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
+    d = spec_dict(tmp_path / "s", seeds=1, grid={}, variants={"a": {}})
+    spec = sw.load_spec(d)
+    plans = sw.resolve(spec, sw.expand(spec))
+    run = spec.dir / "runs" / plans[0].id
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("round,test_acc\n0,0.1\n")      # no summary.json
+    (spec.dir / "runs" / f".{plans[0].id}.tmp-1-2").mkdir()            # a killed run's leftover
+    assert sw.scan(spec.dir, plans)[plans[0].id]["status"] == "pending"
+    res = sw.run_sweep(spec, workers=1, threads=1)
+    assert res.counts["ran"] == 1 and res.counts["complete"] == 1
+    assert not any(p.name.startswith(".") for p in (spec.dir / "runs").iterdir())
+
+
+def test_ray_and_local_backends_give_identical_summaries(tmp_path):
+    pytest.importorskip("ray")
+    d = spec_dict(tmp_path / "local", seeds=1, grid={})
+    local = sw.run_sweep(sw.load_spec(d), backend="local", workers=2, threads=1)
+    d["out"] = str(tmp_path / "ray")
+    ray_ = sw.run_sweep(sw.load_spec(d), backend="ray", workers=2, threads=1,
+                        resources={"num_cpus": 1})
+    assert ray_.counts["complete"] == 2
+    cols = ["run", "final_test_acc", "virtual_time", "rounds", "bytes_up", "grad_steps_computed"]
+    pd.testing.assert_frame_equal(local.index[cols], ray_.index[cols])
+    for rid in local.index["run"]:
+        a = pd.read_csv(tmp_path / "local" / "runs" / rid / "metrics.csv").drop(columns="wall_time")
+        b = pd.read_csv(tmp_path / "ray" / "runs" / rid / "metrics.csv").drop(columns="wall_time")
+        pd.testing.assert_frame_equal(a, b)
+        cfg = yaml.safe_load((tmp_path / "ray" / "runs" / rid / "config.yaml").read_text())
+        assert cfg["output"]["dir"] == str((tmp_path / "ray" / "runs" / rid).resolve())
+
+
+def _events(root):
+    return [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
+
+
+def test_sigkill_then_resume_runs_every_run_exactly_once(tmp_path):
+    base = tiny(**{"run.rounds": 12, "clients.count": 10})
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": "k", "base": base, "seeds": 6, "out": str(tmp_path / "s")}))
+    cmd = [sys.executable, "-m", "emulator.cli", "sweep", str(sweep_file), "-j", "1", "--threads", "1", "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = tmp_path / "s" / "runs"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        done = [p for p in runs.glob("*/summary.json")] if runs.exists() else []
+        if len(done) >= 2:
+            break
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished_before = sorted(p.parent.name for p in runs.glob("*/summary.json"))
+    assert 2 <= len(finished_before) < 6
+    time.sleep(1.0)   # an orphaned run would keep writing; PDEATHSIG kills it
+    assert sorted(p.parent.name for p in runs.glob("*/summary.json")) == finished_before
+    stamps = {r: (runs / r / "summary.json").stat().st_mtime_ns for r in finished_before}
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    idx = pd.read_csv(tmp_path / "s" / "sweep.csv")
+    assert len(idx) == 6 and (idx["status"] == "complete").all()
+    # finished runs were never started again nor rewritten; the others ran after the resume
+    started = [e["run"] for e in _events(tmp_path / "s") if e["event"] == "run"]
+    for rid in finished_before:
+        assert started.count(rid) == 1
+        assert (runs / rid / "summary.json").stat().st_mtime_ns == stamps[rid]
+    completes = [e["run"] for e in _events(tmp_path / "s") if e["event"] == "complete"]
+    assert sorted(set(completes) | set(finished_before)) == sorted(idx["run"])
+    assert len(completes) == len(set(completes))
+    assert not any(p.name.startswith(".") for p in runs.iterdir())
