@@ -370,3 +370,50 @@ def test_batchnorm_models_are_refused_clearly():
     from emulator.workloads import models as M
     with pytest.raises(ValueError, match="BatchNorm"):
         FlatModel(M.vgg11(None, M.ModelContext((3, 32, 32), 10)), torch.device("cpu"), torch.float32)
+
+
+# --------------------------------------------------------------------------- Case 3 (tsfl.md 6.3)
+def case3_scenario(rounds=40, redraw="per_interval", algo="fedavg"):
+    """Case 3 on digits, scaled: pools 30..90 (client i mod 5), per-interval sizes
+    floor(N(m_g, s_g)), tau quarters floor(N(2,.4)) ... floor(N(5,1))."""
+    sc = tiny(**{"run.rounds": rounds, "run.eval_every": rounds})
+    sc["workload"]["partition"] = {"name": "dirichlet", "alpha": 0.5, "sizes": {"pattern": [30, 45, 60, 75, 90]}}
+    sc["workload"]["batch_size"] = 8
+    sc["clients"] = {"count": 20, "groups": [
+        {"name": f"tau{m}", "count": 5, "compute": {"model": "iterations", "mean": m, "std": 0.2 * m},
+         "network": "instant"} for m in (2, 3, 4, 5)]}
+    sc["protocol"] = {"name": "intervals", "interval": 1.0, "iteration": "epoch",
+                      "data_sizes": {"mean": [19, 28, 38, 47, 57], "std": [3.7, 5.5, 7.4, 9.2, 11.1],
+                                     "redraw": redraw}}
+    sc["algorithm"] = {"name": algo, "lr": 0.05}
+    return sc
+
+
+def test_case3_time_varying_data_and_tau(run_in):
+    res = run_in(case3_scenario())
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    c = c[c["round"] > 0]
+    pools = np.array([30, 45, 60, 75, 90])
+    g = c["client"] % 5
+    assert (c["n_samples"] >= 1).all() and (c["n_samples"] <= pools[g]).all()
+    # the floor lowers each mean by ~0.5; 4 clients per group x 40 intervals
+    means = c.groupby(g)["n_samples"].mean().to_numpy()
+    assert np.allclose(means, np.array([19, 28, 38, 47, 57]) - 0.5, atol=1.5), means
+    sizes = c.pivot(index="round", columns="client", values="n_samples")
+    assert sizes.nunique().min() > 3                      # redrawn every interval
+    # an epoch is a pass over this interval's subset: sgd_steps = tau * ceil(n / B)
+    assert (c["sgd_steps"] == c["steps"] * np.ceil(c["n_samples"] / 8)).all()
+    # FedAvg weighs by |D_i^t| (T-SFL fn. 3)
+    for _, r in c.groupby("round"):
+        up = r[r["weight"] > 0]
+        assert np.allclose(up["weight"], up["n_samples"] / up["n_samples"].sum())
+    # tau quarters: means 1.5, 2.5, 3.5, 4.5 after the floor; delta ~ 1.85 (tsfl.md 6.3)
+    taus = c.groupby(c["client"] // 5)["steps"].mean().to_numpy()
+    assert np.allclose(taus, [1.5, 2.5, 3.5, 4.5], atol=0.25), taus
+    delta = res.metrics["heterogeneity"].dropna().mean()
+    assert 1.5 < delta < 2.2, delta
+    # once: one subset for the whole run
+    res = run_in(case3_scenario(rounds=5, redraw="once"), "once")
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    c = c[c["round"] > 0]
+    assert (c.groupby("client")["n_samples"].nunique() == 1).all()

@@ -128,7 +128,8 @@ class Protocol:
         return self.env.timeout(max(0.0, until - self.env.now))
 
     def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival, on_fail=None,
-                         duration: Optional[float] = None, record_steps: Optional[int] = None):
+                         duration: Optional[float] = None, record_steps: Optional[int] = None,
+                         rows=None):
         """A client's round as a SimPy process: download the broadcast, compute `steps`
         local steps (one timeout: nothing can change the outcome in between), upload.
         Going offline (continuous-time availability) or an `Interrupt` (the round closed)
@@ -136,7 +137,9 @@ class Protocol:
         update never reaches the aggregate. `on_arrival(client_id, upload, steps)` is called
         when the upload lands; `on_fail(client_id)` when the client went offline.
         `duration` (default: from the client's compute model) fixes the compute time;
-        `record_steps` is what clients.csv `steps` records (default: the SGD steps)."""
+        `record_steps` is what clients.csv `steps` records (default: the SGD steps);
+        `rows` (local sample numbers) restricts this round's training to a subset of the
+        client's data, and the upload then carries `n_samples = len(rows)`."""
         env, w = self.env, self.world
         cid = client.id
         phase, t0, planned, dur = State.DOWNLOADING, env.now, steps, 0.0
@@ -153,7 +156,7 @@ class Protocol:
 
             spec = task.algorithm.local_spec(cid, t, bc)
             dur = client.compute_time(t, steps, env.now, task.index) if duration is None else duration
-            fut = w.executor.submit(TrainJob(task.index, cid, t, steps, spec, task.batch_size))
+            fut = w.executor.submit(TrainJob(task.index, cid, t, steps, spec, task.batch_size, rows=rows))
             phase, t0, current = State.COMPUTING, env.now, None
             self.set_state(client, State.COMPUTING, t, f"{steps} steps")
             if dur > 0:
@@ -162,6 +165,8 @@ class Protocol:
             log.compute_time[cid] = dur
 
             up = task.algorithm.upload(cid, t, fut)
+            if rows is not None:
+                up.meta["n_samples"] = len(rows)
             nb = w.network.message_bytes(up.numel, "up")
             phase, t0 = State.UPLOADING, env.now
             self.set_state(client, State.UPLOADING, t)

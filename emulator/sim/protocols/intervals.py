@@ -15,6 +15,12 @@ An iteration is one mini-batch step (`iteration: batch`) or one shuffled pass ov
 client's data (`iteration: epoch`, tsfl.md 2.2 A1); with the `iterations` compute model the
 model gives tau directly. Iterations that would not finish are not started; no work carries
 over. With `min_iterations: m` only clients with tau > m upload (tsfl.md 5.2).
+
+Time-varying data (T-SFL Case 3, tsfl.md 6.3): with `data_sizes`, client i trains in
+interval t on a uniform random subset of its samples of size
+|D_i^t| = min(max(floor(N(mean_g, std_g)), 1), |D_i|), g = i mod len(mean) (A23), drawn from
+the `partition` stream keyed (client, t) (`redraw: once`: keyed (client, 0), one subset for
+the whole run); the aggregation weighs it by |D_i^t| and an epoch is a pass over the subset.
 clients.csv: `steps` = tau (iterations), `sgd_steps` = the SGD steps they took.
 """
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
@@ -31,23 +37,49 @@ from .base import Gate, Protocol, closing_time, default_select
 EPS = 1e-9   # tsfl.md 2.3 relative float guard
 
 
+class DataSizes(Params):
+    """T-SFL Case 3's time-varying |D_i^t| (tsfl.md 6.3): a subset of each client's pool."""
+    mean: list[float] = Field(min_length=1, description="per data group g = client mod len: mean of |D_i^t|")
+    std: list[float] = Field(min_length=1, description="per data group: standard deviation (A24)")
+    redraw: Literal["per_interval", "once"] = Field("per_interval", description="a new subset every interval, or one for the run")
+
+    @model_validator(mode="after")
+    def _same_length(self):
+        if len(self.mean) != len(self.std):
+            raise ValueError(f"mean and std need one value per data group each (got {len(self.mean)} and {len(self.std)})")
+        if any(m <= 0 for m in self.mean) or any(s < 0 for s in self.std):
+            raise ValueError("mean must be > 0 and std >= 0")
+        return self
+
+
 class IntervalsParams(Params):
     interval: float = Field(gt=0, description="interval length delta, virtual seconds")
     iteration: Literal["epoch", "batch"] = Field("epoch", description="one local iteration = a pass over the client's data (epoch) or one mini-batch step (batch)")
     max_iterations: Optional[int] = Field(None, ge=0, description="cap on iterations per interval")
     min_iterations: Optional[int] = Field(None, ge=0, description="only clients with tau > m upload (T-SFL 2-/4-iteration systems)")
     select: "SelectionSpec" = Field(default_factory=default_select, description="which online clients take part")
+    data_sizes: Optional[DataSizes] = Field(None, description="time-varying local data (T-SFL Case 3); none = all samples")
 
 
 class Intervals(Protocol):
     name = "intervals"
 
-    def plan(self, client, task, t: int, start: float, budget: float) -> tuple:
+    def subset(self, cid: int, t: int, pool: int) -> Optional[np.ndarray]:
+        """This interval's local sample numbers (Case 3), or None for all of them."""
+        ds = self.p.data_sizes
+        if ds is None:
+            return None
+        g = cid % len(ds.mean)
+        rng = self.world.streams.keyed("partition", cid, t if ds.redraw == "per_interval" else 0, 3)
+        size = min(max(int(np.floor(rng.normal(ds.mean[g], ds.std[g]))), 1), pool)
+        return np.sort(rng.choice(pool, size, replace=False))
+
+    def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None) -> tuple:
         """(tau, SGD steps per iteration, compute seconds) for `budget` seconds of compute
         starting at `start` (one clock: one speed draw per client per interval)."""
         clock = client.clock(t, start, task.index)
-        spi = steps_per_epoch(int(task.client_sizes[client.id]), task.batch_size) \
-            if self.p.iteration == "epoch" else 1
+        n = int(task.client_sizes[client.id]) if n_samples is None else n_samples
+        spi = steps_per_epoch(n, task.batch_size) if self.p.iteration == "epoch" else 1
         if client.compute.name == "iterations":        # the model counts iterations itself
             tau = clock.fit(budget)
             cap = self.p.max_iterations
@@ -87,7 +119,10 @@ class Intervals(Protocol):
             if d + u > delta * (1 + EPS):          # cannot even deliver: tau = 0, not in U^t
                 log.drop(cid, "undeliverable")
                 continue
-            tau, spi, dur = self.plan(c, task, t, t0 + d, delta - d - u)
+            rows = self.subset(cid, t, int(task.client_sizes[cid]))
+            tau, spi, dur = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows))
+            if rows is not None:
+                log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
             log.set_extra("sgd_steps", cid, tau * spi, dtype=np.int64, default=0)
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
@@ -97,7 +132,7 @@ class Intervals(Protocol):
                 continue
             procs.append(env.process(self.train_and_upload(
                 c, task, t, bc, tau * spi, log, self._arrival(gate, tau), None,
-                duration=dur, record_steps=tau)))
+                duration=dur, record_steps=tau, rows=rows)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
         gate.closed = True
         late = [pr for pr in procs if pr.is_alive]
