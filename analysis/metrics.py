@@ -15,7 +15,8 @@ over seeds per condition. Definitions:
   protocols have no rounds to wait for: a client's job is its compute + communication.
 - straggler share: the share of round time spent waiting on the slowest clients: per round
   round_time - median(busy time of the selected clients), summed, over the summed round
-  time (`reference="second"`: after all but the slowest one had finished).
+  time (`reference="second"`: after all but the slowest one had finished). 0 for `async`
+  and `intervals` (T-SFL), whose server never waits on a client.
 - participation: aggregations each client was in (weight > 0), availability, drops.
 - FedSUM delay metrics (fedsum.md 2.1): tau^t = t - min_i s_i^t from the weight > 0 sets.
 - T-SFL heterogeneity degree delta = population variance of tau over clients (tsfl.md
@@ -122,8 +123,10 @@ def round_latency(clients: pd.DataFrame, metrics: pd.DataFrame, protocol: Option
 def straggler_share(clients: pd.DataFrame, metrics: pd.DataFrame, reference: str = "median",
                     protocol: Optional[str] = None) -> float:
     """Share of the total round time the server spent waiting on its slowest clients after the
-    median selected client had finished (`reference="second"`: after all but the slowest)."""
-    if protocol == "async":
+    median selected client had finished (`reference="second"`: after all but the slowest).
+    0 for `async` and `intervals`: there the server never waits on a client (intervals close
+    on the clock; a client that cannot make it is dropped, which participation shows)."""
+    if protocol in ("async", "intervals"):
         return 0.0
     lat = round_latency(clients, metrics).dropna(subset=["round_time"])
     if lat.empty or lat["round_time"].sum() <= 0:

@@ -52,6 +52,11 @@ def save(fig, out, formats=None) -> list:
     return paths
 
 
+def _wrap(n: int) -> int:
+    """Panels per row: 4 panels as 2 x 2, else up to 3 a row."""
+    return 2 if n == 4 else min(3, n)
+
+
 def _study(x) -> Study:
     return x if isinstance(x, Study) else load(x)
 
@@ -128,7 +133,7 @@ def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=Non
     df = curve_frame(study, y, x, points, hue, col)
     sns.set_theme(style="whitegrid")
     n_hue = df[hue].nunique() if len(df) else 1
-    g = sns.relplot(data=df, x=x, y=y, hue=hue if len(df) else None, col=col, col_wrap=min(3, df[col].nunique()) if col else None,
+    g = sns.relplot(data=df, x=x, y=y, hue=hue if len(df) else None, col=col, col_wrap=_wrap(df[col].nunique()) if col else None,
                     kind="line", errorbar="sd", height=3.2, aspect=1.35,
                     palette=sns.color_palette("tab10" if n_hue <= 10 else "husl", n_hue) if len(df) else None,
                     facet_kws={"sharex": True, "sharey": True})
@@ -303,7 +308,7 @@ def local_steps(study, run=None, hue=None, col=None, out=None):
     if col:
         per[col] = per["run"].map(study.summary.set_index("run")[col])
     g = sns.relplot(data=per, x="client", y="steps", hue=hue, col=col,
-                    col_wrap=min(3, per[col].nunique()) if col else None, kind="line", errorbar="sd", marker="o",
+                    col_wrap=_wrap(per[col].nunique()) if col else None, kind="line", errorbar="sd", marker="o",
                     markersize=3, height=3.2, aspect=1.35)
     g.set_axis_labels("client", "mean local steps per round")
     if col:

@@ -37,7 +37,7 @@ DEFINITIONS = [
     ("time / rounds to target", "virtual time and aggregations until the first evaluation at or above the target accuracy (mean over the seeds that reached it; `reached` counts them)"),
     ("acc. at budget", "the last evaluated test accuracy at or before the time budget"),
     ("AUC (mean acc.)", "area under the accuracy-vs-virtual-time step curve divided by the horizon (the same for every run): the time-averaged accuracy"),
-    ("straggler share", "share of the round time spent after the median selected client had finished, waiting on the slowest"),
+    ("straggler share", "share of the round time spent after the median selected client had finished, waiting on the slowest (0 for async and T-SFL intervals, whose server never waits)"),
     ("round time", "mean seconds per aggregation; the latency figure splits it into compute, communication and waiting (mean over selected clients)"),
     ("particip. CV", "coefficient of variation over clients of the share of aggregations each client was in (0: everyone equally)"),
     ("tau avg", "FedSUM delay metric: mean over aggregations of t - (oldest last-aggregation round among clients)"),

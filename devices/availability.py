@@ -155,7 +155,8 @@ class SineAvailability(_PerRound):
 class MarkovAvailability(_PerRound):
     """Two-state on/off chain per client, one step per round: online -> offline with
     p_on_off, offline -> online with p_off_on; started from the stationary distribution
-    P(online) = p_off_on / (p_on_off + p_off_on)."""
+    P(online) = p_off_on / (p_on_off + p_off_on). The chain's states are kept, so rounds may
+    be asked in any order (the async protocol asks each client at its own job count)."""
 
     p_on_off: float = 0.1
     p_off_on: float = 0.3
@@ -164,17 +165,14 @@ class MarkovAvailability(_PerRound):
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
         self.stationary = self.p_off_on / (self.p_on_off + self.p_off_on)
-        self._state = rngs.round(0).random(len(self.members)) < self.stationary   # round 1's state
-        self._at = 1
+        self._states = [rngs.round(0).random(len(self.members)) < self.stationary]   # round 1's state
 
     def group_mask(self, round_):
-        if round_ < self._at:
-            raise ValueError("per-round Markov availability is asked rounds in increasing order")
-        while self._at < round_:
-            self._at += 1
-            u = self.rngs.round(self._at).random(len(self.members))
-            self._state = np.where(self._state, u >= self.p_on_off, u < self.p_off_on)
-        return self._state.copy()
+        while len(self._states) < round_:
+            u = self.rngs.round(len(self._states) + 1).random(len(self.members))
+            prev = self._states[-1]
+            self._states.append(np.where(prev, u >= self.p_on_off, u < self.p_off_on))
+        return self._states[max(round_, 1) - 1].copy()
 
 
 @dataclass

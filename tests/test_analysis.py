@@ -58,6 +58,7 @@ def test_round_latency_and_straggler_share():
     # after all but the slowest: busy_second = 5 and 2
     assert M.straggler_share(c, m, reference="second") == pytest.approx(13 / 20)
     assert M.straggler_share(c, m, protocol="async") == 0.0
+    assert M.straggler_share(c, m, protocol="intervals") == 0.0
 
 
 def test_participation_delay_and_heterogeneity():

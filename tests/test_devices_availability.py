@@ -73,6 +73,14 @@ def test_markov_per_round_stationary_and_run_lengths():
     # on-runs are geometric with mean 1/p_on_off = 10 and sd sqrt(1-p)/p
     se = math.sqrt(1 - p_on_off) / p_on_off / math.sqrt(len(runs))
     assert abs(runs.mean() - 1 / p_on_off) < 4 * se
+    # rounds asked out of order (the async protocol asks each client at its own job count)
+    # give the same chain
+    model = av.MarkovAvailability(p_on_off=p_on_off, p_off_on=p_off_on)
+    ref = masks(av.MarkovAvailability(p_on_off=p_on_off, p_off_on=p_off_on), 20, 30)
+    model.bind(np.arange(20), Rngs())
+    order = [7, 3, 30, 1, 12, 12, 29]
+    for r in order:
+        assert np.array_equal(model.online_mask(np.arange(20), r, 0.0), ref[r - 1])
 
 
 def test_uniform_selects_exactly_k():
