@@ -346,3 +346,33 @@ def latency_breakdown(study, per_run=None, out=None):
     fig.tight_layout()
     save(fig, out)
     return fig
+
+
+def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None):
+    """Two panels against a swept numeric axis `x` (e.g. T-SFL's heterogeneity a, delta =
+    a^2): the virtual time the run took (its fixed number of aggregations or budget) and the
+    virtual time to the target accuracy; one line per hue value (mean over seeds, sd band)."""
+    from .metrics import run_metrics
+    study = _study(study)
+    target = target if target is not None else study.target
+    hue_, _ = roles(study, hue, x)
+    pr = per_run if per_run is not None else run_metrics(study, target=target)
+    pr = pr[pr["status"].isin(["complete", "diverged", "stalled"])].copy()
+    pr["_hue"] = pr["run"].map(_series(study, hue_, x))
+    pr[x] = pd.to_numeric(pr[x], errors="coerce")
+    sns.set_theme(style="whitegrid")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    panels = [("virtual_time", "virtual time of the run (s)")]
+    if target is not None and "time_to_target" in pr:
+        panels.append(("time_to_target", f"virtual time to {target:g} accuracy (s)"))
+    for ax, (col, lab) in zip(axes, panels):
+        sns.lineplot(data=pr, x=x, y=col, hue="_hue", marker="o", errorbar="sd", ax=ax)
+        ax.set_xlabel(label(x))
+        ax.set_ylabel(lab)
+        if ax.get_legend() is not None:
+            ax.get_legend().set_title(hue_.split(".")[-1] if hue_ != "condition" else "")
+    if len(panels) == 1:
+        axes[1].set_visible(False)
+    fig.tight_layout()
+    save(fig, out)
+    return fig

@@ -138,7 +138,10 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
         if xl is not None:
             assert any(x == xl for x, _ in labels), labels
         assert any(y == yl for _, y in labels), labels
-    for f in ("acc", "loss", "ttt", "steps", "lat", "raster"):
+    fig = P.times_vs_axis(study, x="seed", target=0.5, out=tmp_path / "tva.png")
+    assert [(a.get_xlabel(), a.get_ylabel()) for a in fig.axes] == [
+        ("seed", "virtual time of the run (s)"), ("seed", "virtual time to 0.5 accuracy (s)")]
+    for f in ("acc", "loss", "ttt", "steps", "lat", "raster", "tva"):
         assert (tmp_path / f"{f}.png").stat().st_size > 5000
     P.curves(study, out=tmp_path / "both")                    # no suffix: PNG and SVG
     assert (tmp_path / "both.png").stat().st_size > 5000 and (tmp_path / "both.svg").stat().st_size > 5000
