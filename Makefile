@@ -38,3 +38,15 @@ study: $(STAMP)
 	$(BIN)/flemu report runs/studies/stragglers
 	$(BIN)/flemu sweep scenarios/studies/availability.yaml
 	$(BIN)/flemu report runs/studies/availability
+
+# benchmarks (issue 5): P1 floor / peer, P2, P3 -> benchmarks/results/bench.json (about 15 min;
+# BENCH_FLAGS=--quick for a few). Flower goes into its own venv (never into .venv); if it
+# cannot be installed, P1 peer is recorded as skipped with the reason.
+FLWR_VENV := benchmarks/results/tmp_flower_venv
+bench: $(STAMP)
+	@test -x $(FLWR_VENV)/bin/flwr || { $(PY) -m venv $(FLWR_VENV) && \
+	  $(FLWR_VENV)/bin/python -m pip install --disable-pip-version-check -q 'flwr[simulation]' && \
+	  $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	    "$$($(FLWR_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_flemu_venv.pth"; } || \
+	  echo "Flower could not be installed: P1 peer will be skipped"
+	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python $(BENCH_FLAGS)

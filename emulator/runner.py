@@ -99,7 +99,10 @@ def _first_reach(metrics: pd.DataFrame, target: float):
 def summarize(world, metrics, clients, build_s, checks) -> dict:
     sc = world.sc
     st = world.executor.stats
-    virtual_steps = int(sum(int(log.steps.sum()) for log in world.recorder.rounds))
+    # SGD steps the fleet performed in virtual time (under `intervals` with epoch iterations,
+    # `steps` counts epochs and `sgd_steps` the mini-batch steps they are made of)
+    virtual_steps = int(sum(int(log.extra["sgd_steps"].sum() if "sgd_steps" in log.extra else log.steps.sum())
+                            for log in world.recorder.rounds))
     s = {
         "name": sc.name, "seed": sc.seed, "status": world.status, "message": world.message,
         "rounds": int(world.rounds_done), "virtual_time": float(world.env.now),
@@ -107,6 +110,7 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "grad_steps_virtual": virtual_steps, "grad_steps_computed": int(st.steps_computed),
         "grad_steps_skipped": max(0, virtual_steps - int(st.steps_computed)),
         "jobs_submitted": int(st.jobs_submitted), "jobs_computed": int(st.jobs_computed),
+        "probe_grad_evals": int(st.probe_evals),
         "bytes_up": int(metrics["bytes_up"].sum()) if len(metrics) else 0,
         "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
         "invariants_checked": checks,

