@@ -115,6 +115,11 @@ def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
         add("time_to_target", f"Virtual time to {target:g} test accuracy",
             "Mean over the seeds that reached it; k/n: only k of n seeds did; hatched: none did.",
             lambda o: P.target_bars(study, target=target, per_run=per_run, out=o))
+    x = ((study.meta or {}).get("report") or {}).get("x")
+    if x and x in study.summary and pd.to_numeric(study.summary[x], errors="coerce").notna().all():
+        add(f"times_vs_{x}", f"Virtual time against {x}",
+            "The virtual time each run took, and its virtual time to the target accuracy, as the swept axis grows (mean over seeds).",
+            lambda o: P.times_vs_axis(study, x=x, target=target, per_run=per_run, out=o))
     add("latency_breakdown", "Round latency breakdown",
         "Seconds per aggregation, mean over the selected clients: computing, communicating, and waiting for the round to close.",
         lambda o: P.latency_breakdown(study, per_run=per_run, out=o))

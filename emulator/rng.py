@@ -7,6 +7,7 @@ how many draws other keys made or in which order jobs ran.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 import numpy as np
 
@@ -14,6 +15,7 @@ STREAMS = ("partition", "init", "availability", "selection", "compute", "network
            "batches", "algorithm", "data")
 
 
+@lru_cache(maxsize=None)
 def _name_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
 

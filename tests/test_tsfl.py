@@ -167,7 +167,53 @@ def test_t14_fedasync_staleness_and_mixing():
         assert tuple(ws) == expect
 
 
-def test_fedbuff_k1_equals_fedasync_constant(run_in):
+def test_fedbuff_buffer_closed_forms():
+    """FedAsync (buffer 1) and the FedBuff-style buffer on hand-made arrivals, against the
+    module docstring's formulas worked by hand."""
+    def alg(**kw):
+        p = scenario.member("algorithm", "fedasync", lr=0.1, alpha=0.6, **kw)
+        return FedAsync(p, AlgoContext(0, 1, 2, np.ones(2), torch.zeros(1), None))
+
+    def arrive(a, client, round_, value):
+        if a.p.buffer_mode == "delta":
+            a.broadcast(a.version)                   # the download the arrival trained from
+        return a.aggregate(0, [Arrival(client, round_, [torch.tensor([value])], 1, 1, 0.0)])
+
+    # buffer 1, polynomial s(k) = (k + 1)^-1/2: x <- (1 - 0.6 s) x + 0.6 s x_new, in order
+    a = alg()
+    x = 0.0
+    for c, (r, v) in enumerate([(0, 1.0), (0, 2.0), (1, -1.0)]):     # staleness 0, 1, 1
+        k = a.version - r
+        al = 0.6 * (k + 1) ** -0.5
+        x = (1 - al) * x + al * v
+        arrive(a, c, r, v)
+        assert float(a.x) == pytest.approx(x, abs=1e-6)
+    assert a.version == 3
+
+    # delta mode, K = 1, server_lr = alpha, fresh arrivals: exactly FedAsync
+    f, d = alg(staleness={"function": "constant"}), alg(staleness={"function": "constant"},
+                                                        buffer_mode="delta", server_lr=0.6)
+    for c, v in enumerate([1.0, 3.0, -2.0]):
+        arrive(f, c, f.version, v)
+        arrive(d, c, d.version, v)
+        assert float(d.x) == pytest.approx(float(f.x), abs=1e-6)
+
+    # buffer 2, model mode: x <- x + (1/2) sum 0.6 s(k_i) (x_i - x), applied at the 2nd arrival
+    b = alg(buffer=2, staleness={"function": "constant"})
+    arrive(b, 0, 0, 1.0)
+    assert float(b.x) == 0.0 and b.version == 0
+    arrive(b, 1, 0, 3.0)
+    assert float(b.x) == pytest.approx(0.5 * (0.6 * 1 + 0.6 * 3), abs=1e-6) and b.version == 1
+
+    # delta mode with a stale arrival: its own update against the model it downloaded
+    e = alg(buffer_mode="delta", server_lr=1.0, staleness={"function": "constant"})
+    e.broadcast(0)                                        # client 0 downloads x_0 = 0
+    arrive(e, 1, 0, 2.0)                                  # client 1: x <- 0 + (2 - 0) = 2
+    e.aggregate(0, [Arrival(0, 0, [torch.tensor([1.0])], 1, 1, 0.0)])   # stale: x <- 2 + (1 - 0)
+    assert float(e.x) == pytest.approx(3.0) and e.version == 2
+
+
+def test_fedbuff_buffer_through_the_async_protocol(run_in):
     base = tiny(**{"run.rounds": 12})
     base["protocol"] = {"name": "async", "local_steps": 3}
     base["clients"]["groups"] = [
@@ -175,17 +221,12 @@ def test_fedbuff_k1_equals_fedasync_constant(run_in):
         {"name": "b", "count": 3, "compute": {"model": "constant", "step_time": 0.35}, "network": "instant"}]
     a = copy.deepcopy(base)
     a["algorithm"] = {"name": "fedasync", "lr": 0.1, "staleness": {"function": "constant"}}
-    b = copy.deepcopy(base)
-    b["algorithm"] = {"name": "fedasync", "lr": 0.1, "staleness": {"function": "constant"}, "buffer": 1,
-                      "buffer_mode": "model"}
-    ra, rb = run_in(a, "a"), run_in(b, "b")
-    assert np.array_equal(np.load(ra.run_dir / "model.npy"), np.load(rb.run_dir / "model.npy"))
-    # and a real buffer changes the trajectory
-    c = copy.deepcopy(b)
+    c = copy.deepcopy(a)
     c["algorithm"]["buffer"] = 3
-    rc = run_in(c, "c")
+    ra, rc = run_in(a, "a"), run_in(c, "c")
+    # a real buffer changes the trajectory; 12 merges / 3 per update = 4 versions
     assert not np.array_equal(np.load(ra.run_dir / "model.npy"), np.load(rc.run_dir / "model.npy"))
-    assert rc.metrics["version"].max() == 4          # 12 merges / 3 per update
+    assert ra.metrics["version"].max() == 12 and rc.metrics["version"].max() == 4
 
 
 def test_t17_fedprox_step():

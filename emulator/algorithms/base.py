@@ -34,10 +34,10 @@ class Broadcast:
 
     vectors: list
     round: int
+    numel: int = field(init=False)      # counted once: every recipient's download size
 
-    @property
-    def numel(self) -> int:
-        return int(sum(v.numel() for v in self.vectors))
+    def __post_init__(self):
+        self.numel = int(sum(v.numel() for v in self.vectors))
 
 
 @dataclass
