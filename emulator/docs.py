@@ -104,7 +104,10 @@ def top_level() -> str:
     for name, f in S.model_fields.items():
         lines.append(f"| `{name}` | {_type(f.annotation)} | {_default(f)} | {(f.description or _doc(f)).strip()} |")
     nested = {"workload": "Workload", "clients": "Clients", "clients.groups[]": "Group", "run": "Run",
-              "network": "NetworkSettings", "output": "Output"}
+              "clients.groups[].energy": "EnergyParams", "network": "NetworkSettings",
+              "network.compression": "CompressionParams", "network.server_link": "ServerLinkParams",
+              "network.topology": "TopologyParams", "network.topology.links[]": "TopologyLink",
+              "output": "Output"}
     models = _nested_models(S)
     for path, cls in nested.items():
         m = models.get(cls)
