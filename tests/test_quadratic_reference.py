@@ -8,23 +8,45 @@ from emulator.workloads.datasets import quadratic_problem
 from conftest import quadratic_scenario
 
 
-def reference(A, b, mu, rounds, steps, lr, participants, prox_mu=0.0):
+def reference(A, b, mu, rounds, steps, lr, participants, prox_mu=0.0, server_lr=1.0, momentum=0.0,
+              weight_decay=0.0, lr_decay=1.0):
     """Plain NumPy FedAvg / FedProx: every participant runs `steps` full-gradient steps
-    from w_t on F_k(w) = 1/2 w'A_k w - b_k'w + mu/2 |w|^2 (+ prox/2 |w - w_t|^2); the server
-    averages the participants' models with equal weights (one sample per client)."""
+    from w_t on F_k(w) = 1/2 w'A_k w - b_k'w + mu/2 |w|^2 (+ prox/2 |w - w_t|^2), with
+    PyTorch-SGD momentum (buf = m buf + g, w -= lr buf; a fresh buffer per round) and weight
+    decay (g += wd w), lr_t = lr * lr_decay^(t-1); the server averages the participants' models
+    with equal weights (one sample per client) and moves w_t by server_lr toward the average."""
     w = np.zeros(A.shape[1])
     out = []
     for t in range(rounds):
+        eta = lr * lr_decay ** t
         locals_ = []
         for k in participants[t]:
             v = w.copy()
+            buf = None
             for _ in range(steps):
-                g = A[k] @ v - b[k] + mu * v + prox_mu * (v - w)
-                v = v - lr * g
+                g = A[k] @ v - b[k] + mu * v + prox_mu * (v - w) + weight_decay * v
+                buf = g.copy() if buf is None else momentum * buf + g
+                v = v - eta * (buf if momentum else g)
             locals_.append(v)
-        w = np.mean(locals_, axis=0)
+        w = w + server_lr * (np.mean(locals_, axis=0) - w)
         out.append(w.copy())
     return out
+
+
+@pytest.mark.parametrize("extra", [{"server_lr": 1.7}, {"momentum": 0.9}, {"weight_decay": 0.05},
+                                   {"lr_decay": 0.9}, {"momentum": 0.5, "weight_decay": 0.01, "server_lr": 0.5}])
+def test_fedavg_options_match_numpy_reference(run_in, extra):
+    n, rounds, steps, lr = 6, 12, 5, 0.05
+    sc = quadratic_scenario(n=n, rounds=rounds, steps=steps, lr=lr, algo="fedavg", k=3, **extra)
+    sc["executor"] = {"name": "sequential", "dtype": "float64"}
+    res = run_in(sc)
+    clients = pd.read_csv(res.run_dir / "clients.csv")
+    parts = [sorted(g.loc[g.selected, "client"]) for _, g in clients.groupby("round")]
+    A, b, _, _, F = quadratic_problem(n, 4, 0.01)
+    ws = reference(A, b, 0.01, rounds, steps, lr, parts, **extra)
+    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), ws[-1], rtol=1e-6, atol=1e-7)  # float32 file
+    f_emu = res.metrics.loc[res.metrics["round"] >= 1, "test_loss"].to_numpy()     # float64 run
+    np.testing.assert_allclose(f_emu, [F(w) for w in ws], rtol=1e-9)
 
 
 @pytest.mark.parametrize("algo,extra,k", [("fedavg", {}, None), ("fedprox", {"mu": 0.5}, None),
@@ -71,3 +93,19 @@ def test_one_local_step_is_gradient_descent(run_in):
     for _ in range(30):
         w = w - 0.5 * ((A.sum(0) @ w - b.sum(0)) / N + 0.01 * w)
     np.testing.assert_allclose(gap[-1], F(w) - f_star, rtol=1e-8)
+
+
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_fedavg_weights_recorded_per_client(run_in, weighting):
+    """clients.csv `weight`: n_k / m_t (McMahan Alg. 1) or 1/|S_t|, on unbalanced clients."""
+    from conftest import tiny
+    sc = tiny(**{"workload.partition": {"name": "lognormal", "sigma": 1.0, "min_size": 5},
+                 "algorithm": {"name": "fedavg", "lr": 0.1, "weighting": weighting}})
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    sizes = pd.read_csv(res.run_dir / "partition.csv").set_index("client")["samples"]
+    assert sizes.nunique() > 3
+    for _, g in c[c["selected"]].groupby("round"):
+        n = sizes.loc[g["client"]].to_numpy()
+        expect = n / n.sum() if weighting == "samples" else np.full(len(g), 1 / len(g))
+        np.testing.assert_allclose(g["weight"].to_numpy(), expect, rtol=1e-12)
