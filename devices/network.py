@@ -21,8 +21,11 @@ import numpy as np
 
 def message_bytes(numel: int, bytes_per_param: int = 4, overhead_bytes: int = 0,
                   compression: float = 1.0) -> int:
-    """Bytes on the wire for one message carrying `numel` parameters."""
-    return int(math.ceil(int(numel) * int(bytes_per_param) * compression)) + int(overhead_bytes)
+    """Bytes on the wire for one message carrying `numel` parameters: the compressed payload
+    rounded up to whole bytes (rounded to 1e-9 first, so float noise such as
+    2600 x 0.55 = 1430.0000000000002 does not add a byte)."""
+    payload = round(int(numel) * int(bytes_per_param) * float(compression), 9)
+    return int(math.ceil(payload)) + int(overhead_bytes)
 
 
 @dataclass

@@ -59,6 +59,7 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> dict:
     from .participation import delay_metrics
 
     out = {}
+    world.last_aggregated = {}
     if not len(metrics):
         return out
     metrics["tau"] = np.nan
@@ -69,6 +70,9 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> dict:
             metrics.loc[(metrics["round"] == log.round) & (metrics["model"] == task.index), "tau"] = int(tau)
         out[str(task.index)] = {"tau_max": d["tau_max"], "tau_avg": d["tau_avg"],
                                 "never_aggregated": int((d["last_selected"] < 0).sum())}
+        # per client: the last round whose aggregate it was in (0 = never), for partition.csv
+        rounds = np.array([0] + [log.round for log in logs], dtype=np.int64)
+        world.last_aggregated[task.index] = rounds[d["last_selected"] + 1]
     return out
 
 
@@ -174,11 +178,15 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary) -> None:
 
 
 def partition_frame(world) -> pd.DataFrame:
-    """Per client: group, samples and label histogram of each model's data."""
+    """Per client: group, samples, the last round it was aggregated in (0: never; the FedSUM
+    last-selection time s_i) and the label histogram of each model's data."""
     rows = {"client": np.arange(world.num_clients), "group": [c.group for c in world.clients]}
     for task in world.tasks:
         suffix = "" if len(world.tasks) == 1 else f"_m{task.index}"
         rows[f"samples{suffix}"] = task.client_sizes
+        last = getattr(world, "last_aggregated", {}).get(task.index)
+        if last is not None:
+            rows[f"last_aggregated_round{suffix}"] = last
         if task.data.task == "classification" and task.data.num_classes <= 100:
             h = task.data.label_histograms()
             for c in range(h.shape[1]):

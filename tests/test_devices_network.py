@@ -100,3 +100,207 @@ def test_shared_server_link_in_a_run(run_in):
     c = pd.read_csv(res.run_dir / "clients.csv")
     assert np.allclose(c["comm_time"], 21600 / 100e6 + 21600 / 0.5e6, atol=1e-12)
     assert res.metrics["round_time"].iloc[-1] == pytest.approx(21600 / 100e6 + 0.4 + 21600 / 0.5e6, abs=1e-12)
+
+
+# ============================================================================ topology end to end
+def _topology_pair(step_b=0.1, compression=None):
+    """Two one-client groups (A, B), one round, 4 local steps of 0.1 s (B: `step_b`), own links
+    100/100 Mbit/s with no latency, 100 B overhead; both groups sit at access node `acc`,
+    which reaches the server's node `srv` through `acc`-`core` (1 Mbit/s, 10 ms) and
+    `core`-`srv` (1000 Mbit/s, no latency)."""
+    from test_timing import two_clients
+    sc = two_clients(rounds=1)
+    for g in sc["clients"]["groups"]:
+        g["compute"] = {"model": "constant", "step_time": 0.1}
+        g["network"] = {"latency": 0.0, "up_mbps": 100, "down_mbps": 100}
+    sc["clients"]["groups"][1]["compute"]["step_time"] = step_b
+    sc["network"]["topology"] = {
+        "nodes": ["acc", "core", "srv"],
+        "links": [{"a": "acc", "b": "core", "mbps": 1, "latency": 0.01},
+                  {"a": "core", "b": "srv", "mbps": 1000}],
+        "server": "srv", "attach": {"A": "acc", "B": "acc"}}
+    if compression is not None:
+        sc["network"]["compression"] = compression
+    return sc
+
+
+# logreg on digits: 64 x 10 weights + 10 biases = 650 parameters; 4 B each + 100 B overhead
+PARAMS = 650
+MSG_BITS = (PARAMS * 4 + 100) * 8          # 2,700 B = 21,600 bit
+
+
+def test_topology_run_two_flows_share_the_bottleneck(run_in):
+    """Both clients download together and upload together: on every hop the 1 Mbit/s
+    acc-core link binds (own links 100, core-srv 1000), max-min gives each 0.5 Mbit/s.
+    down = up = 0.01 (path latency) + 21,600 / 0.5e6 = 0.0532 s; compute 4 x 0.1 = 0.4 s."""
+    import pandas as pd
+    res = run_in(_topology_pair())
+    one_way = 0.01 + MSG_BITS / 0.5e6
+    assert one_way == pytest.approx(0.0532, abs=1e-15)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert len(c) == 2 and c["selected"].all() and not c["dropped"].any()
+    assert np.allclose(c["compute_time"], 0.4, atol=1e-12)
+    assert np.allclose(c["comm_time"], 2 * one_way, atol=1e-12)          # 0.1064
+    assert (c["bytes_up"] == 2700).all() and (c["bytes_down"] == 2700).all()
+    m = res.metrics[res.metrics["round"] >= 1]
+    assert len(m) == 1
+    assert m["round_time"].iloc[0] == pytest.approx(one_way + 0.4 + one_way, abs=1e-12)   # 0.5064
+    assert m["virtual_time"].iloc[0] == pytest.approx(0.5064, abs=1e-12)
+    assert m["bytes_up"].iloc[0] == 5400 and m["bytes_down"].iloc[0] == 5400
+    assert res.summary["bytes_up"] == 5400 and res.summary["params"] == PARAMS
+
+
+def test_topology_run_upload_joins_half_way(run_in):
+    """B computes 4 x 0.105 = 0.42 s, so its upload flow joins A's on acc-core 0.02 s late.
+    A's flow starts at 0.0532 + 0.4 + 0.01 = 0.4632 alone at 1 Mbit/s; B's at 0.4832, when A has
+    1,600 bit left: both at 0.5 Mbit/s, A ends at 0.4864; B has 20,000 bit left, alone at
+    1 Mbit/s: ends at 0.5064. Uploads: A 0.4864 - 0.4532 = 0.0332, B 0.5064 - 0.4732 = 0.0332."""
+    import pandas as pd
+    res = run_in(_topology_pair(step_b=0.105))
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index("client")
+    down = 0.01 + MSG_BITS / 0.5e6
+    a_up = 0.01 + 20_000 / 1e6 + 1_600 / 0.5e6
+    b_end = down + 0.42 + 0.01 + 1_600 / 0.5e6 + 20_000 / 1e6
+    b_up = b_end - (down + 0.42)
+    assert c.loc[0, "compute_time"] == pytest.approx(0.4, abs=1e-12)
+    assert c.loc[1, "compute_time"] == pytest.approx(0.42, abs=1e-12)
+    assert c.loc[0, "comm_time"] == pytest.approx(down + a_up, abs=1e-12)
+    assert c.loc[1, "comm_time"] == pytest.approx(down + b_up, abs=1e-12)
+    assert c.loc[0, "comm_time"] == pytest.approx(0.0864, abs=1e-12)
+    assert res.metrics["round_time"].iloc[-1] == pytest.approx(b_end, abs=1e-12)
+    assert b_end == pytest.approx(0.5064, abs=1e-12)
+
+
+# ============================================================================ compression
+def test_upload_compression_halves_parameter_bytes_in_a_run(run_in):
+    """network.compression.up = 0.5: uploads carry ceil(650 x 4 x 0.5) + 100 = 1,400 B, downloads
+    stay 2,700 B; the upload's size term halves (11,200 bit at 0.5 Mbit/s = 0.0224 s)."""
+    import pandas as pd
+    res = run_in(_topology_pair(compression={"up": 0.5}))
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert (c["bytes_up"] == 1400).all() and (c["bytes_down"] == 2700).all()
+    m = res.metrics[res.metrics["round"] >= 1]
+    assert m["bytes_up"].iloc[0] == 2800 and m["bytes_down"].iloc[0] == 5400
+    assert res.summary["bytes_up"] == 2800 and res.summary["bytes_down"] == 5400
+    down = 0.01 + MSG_BITS / 0.5e6
+    up = 0.01 + 1400 * 8 / 0.5e6
+    assert np.allclose(c["comm_time"], down + up, atol=1e-12)                 # 0.0856
+    assert m["round_time"].iloc[0] == pytest.approx(down + 0.4 + up, abs=1e-12)   # 0.4856
+
+
+def test_message_bytes_formula():
+    from devices.network import message_bytes
+    assert message_bytes(650) == 2600
+    assert message_bytes(650, 4, 100) == 2700
+    assert message_bytes(650, 4, 100, 0.5) == 1400
+    assert message_bytes(650, 2, 0, 0.25) == 325
+    assert message_bytes(3, 4, 0, 0.5) == 6
+    assert message_bytes(5, 1, 0, 0.5) == 3          # ceil(2.5)
+    assert message_bytes(0, 4, 100) == 100
+
+
+def test_message_bytes_ceil_is_not_fooled_by_float_noise():
+    from devices.network import message_bytes
+    assert message_bytes(650, 4, 0, 0.55) == 1430      # 2600 x 0.55 = 1430.0000000000002 in floats
+    assert message_bytes(25, 4, 0, 0.07) == 7
+    assert message_bytes(650, 4, 0, 0.5501) == 1431    # a real fraction still rounds up
+
+
+def test_upload_compression_055_in_a_run(run_in):
+    import pandas as pd
+    res = run_in(_topology_pair(compression={"up": 0.55}))
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert (c["bytes_up"] == 1530).all()
+
+
+# ============================================================================ jitter and spread
+def test_jitter_mean_transfer_time_within_four_standard_errors():
+    """jitter ~ Exponential(mean j) added to the latency: mean time = latency + j + bytes*8/bw,
+    standard deviation j; never below latency + size term."""
+    link = Link(latency=0.05, up_mbps=2, down_mbps=8, jitter=0.02)
+    rng = np.random.default_rng(12345)
+    n = 20_000
+    t = np.array([link.transfer_time(250_000, "up", rng=rng) for _ in range(n)])
+    size_term = 250_000 * 8 / 2e6                       # 1.0 s
+    expected = 0.05 + 0.02 + size_term
+    se = 0.02 / np.sqrt(n)
+    assert abs(t.mean() - expected) < 4 * se
+    assert t.min() >= 0.05 + size_term - 1e-12
+    # exponential: sd = mean; sample sd within 10% for n = 20,000 (sd of the estimate ~ 1%)
+    assert t.std() == pytest.approx(0.02, rel=0.1)
+    # no jitter: exact and deterministic
+    plain = Link(latency=0.05, up_mbps=2, down_mbps=8)
+    assert plain.transfer_time(250_000, "up", rng=rng) == pytest.approx(1.05, abs=1e-12)
+    assert plain.delay(rng) == 0.05
+
+
+def test_spread_factor_is_fixed_per_client():
+    link = Link(latency=0.0, up_mbps=10, down_mbps=40, spread=0.5)
+    rng = np.random.default_rng(7)
+    f3 = link.factor(3, rng)
+    rng.random(100)                                   # move the stream on
+    assert link.factor(3, rng) == f3
+    assert link.factor(3, np.random.default_rng(999)) == f3
+    assert link.bandwidth_bps("up", 3, rng) == pytest.approx(10e6 * f3, rel=1e-15)
+    assert link.bandwidth_bps("down", 3, rng) == pytest.approx(40e6 * f3, rel=1e-15)
+    assert link.transfer_time(1_000_000, "up", 3, rng) == pytest.approx(8e6 / (10e6 * f3), rel=1e-15)
+    assert link.factor(4, rng) != f3                  # another client draws its own
+    assert Link(0.0, 1, 1).factor(3, rng) == 1.0      # no spread: factor 1
+
+
+def test_spread_factor_distribution_matches_documentation():
+    """factor ~ LogNormal(-s^2/2, s): mean 1, var exp(s^2) - 1; log-factor mean -s^2/2, sd s."""
+    s, n = 0.5, 20_000
+    link = Link(latency=0.0, up_mbps=1, down_mbps=1, spread=s)
+    rng = np.random.default_rng(2024)
+    f = np.array([link.factor(c, rng) for c in range(n)])
+    assert (f > 0).all()
+    sd = np.sqrt(np.expm1(s ** 2))
+    assert abs(f.mean() - 1.0) < 4 * sd / np.sqrt(n)
+    lf = np.log(f)
+    assert abs(lf.mean() + s ** 2 / 2) < 4 * s / np.sqrt(n)
+    assert abs(lf.std() - s) < 4 * s / np.sqrt(2 * n)
+
+
+def test_spread_in_a_run_is_fixed_across_rounds(run_in):
+    """Own links only (no shared link), spread 0.5: every client's comm time is the same in every
+    round (one factor per client for the run), and differs between clients."""
+    import pandas as pd
+    from test_timing import two_clients
+    sc = two_clients(rounds=3)
+    for g in sc["clients"]["groups"]:
+        g["compute"] = {"model": "constant", "step_time": 0.1}
+        g["network"] = {"latency": 0.0, "up_mbps": 100, "down_mbps": 100, "spread": 0.5}
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert len(c) == 6
+    per = c.groupby("client")["comm_time"]
+    assert (per.max() - per.min()).max() < 1e-12
+    # comm = 2 x 21,600 / (100e6 x f): the implied factors are positive and distinct
+    f = 2 * MSG_BITS / (100e6 * per.first())
+    assert (f > 0).all() and abs(f.iloc[0] - f.iloc[1]) > 1e-6
+
+
+# ============================================================================ no torch in devices
+def test_devices_imports_neither_torch_nor_emulator():
+    """Every module of `devices` imports in a fresh interpreter without pulling in torch, or any
+    module of `emulator` or `analysis` (the arrows point one way)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = (
+        "import importlib, json, pkgutil, sys\n"
+        "import devices\n"
+        "names = [m.name for m in pkgutil.walk_packages(devices.__path__, 'devices.')]\n"
+        "for n in names: importlib.import_module(n)\n"
+        "from devices.network import build_topology, route\n"
+        "route(build_topology(['a', 'b'], [{'a': 'a', 'b': 'b', 'mbps': 1}]), 'a', 'b')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'emulator', 'analysis'))\n"
+        "print(json.dumps({'names': names, 'bad': bad}))\n")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {"devices.network", "devices.compute", "devices.availability"} <= set(out["names"])
+    assert out["bad"] == []

@@ -61,6 +61,9 @@ def test_delay_metrics_in_run_outputs(run_in):
     m = res.metrics[res.metrics["round"] >= 1]
     assert list(m["tau"]) == [1, 2] + [2] * 7          # N = 6, S = 2: M - 1 = 2 after warm-up
     assert res.summary["delay"]["0"] == {"tau_max": 2, "tau_avg": pytest.approx(17 / 9), "never_aggregated": 0}
+    # cyclic blocks of 2 over 6 clients, 9 rounds: {0,1} {2,3} {4,5} {0,1} ... round 9 = {4,5}
+    part = pd.read_csv(res.run_dir / "partition.csv")
+    assert list(part["last_aggregated_round"]) == [7, 7, 8, 8, 9, 9]
 
 
 def test_offline_mid_round_is_dropped(run_in, tmp_path):
