@@ -68,14 +68,24 @@ def test_t18_fedavg_weights():
 
 
 # --------------------------------------------------------------------------- DMS through its class
-def make_dms(seed=0, **kw):
-    p = scenario.member("algorithm", "dms", lr=0.1, constants={"mode": "proportional"}, **kw)
-    ctx = AlgoContext(0, 2, 4, np.ones(4), torch.zeros(2, dtype=torch.float64), np.random.default_rng(seed))
+def make_dms(seed=0, n_clients=4, constants=None, **kw):
+    p = scenario.member("algorithm", "dms", lr=0.1, constants=constants or {"mode": "proportional"}, **kw)
+    ctx = AlgoContext(0, 2, n_clients, np.ones(n_clients), torch.zeros(2, dtype=torch.float64),
+                      np.random.default_rng(seed))
     return T.DMS(p, ctx)
 
 
-def cands(tau):
-    return [Arrival(i, 0, None, 10, 1, 0.0, meta={"tau": int(t)}) for i, t in enumerate(tau)]
+def cands(tau, ids=None, vectors=False):
+    """Candidate arrivals (client ids default 0..n-1, in the given order); with `vectors`,
+    client i uploads the float64 vector [i, 1] so an aggregate can run."""
+    ids = range(len(tau)) if ids is None else ids
+    return [Arrival(int(i), 0, [torch.tensor([float(i), 1.0], dtype=torch.float64)] if vectors else None,
+                    10, 1, 0.0, meta={"tau": int(t)}) for i, t in zip(ids, tau)]
+
+
+def within(x, p, n, k=4.5):
+    """|x - p| within k binomial standard errors sqrt(p (1 - p) / n)."""
+    return abs(x - p) <= k * math.sqrt(p * (1 - p) / n)
 
 
 def test_t6_bernoulli_frequencies():
@@ -95,6 +105,32 @@ def test_t6_bernoulli_frequencies():
     S = [dms.reads(0, cands(tau)) for _ in range(20_000)]
     keep1 = np.mean([sum(1 for c in s if c < 10) / 10 for s in S])
     assert abs(keep1 - 0.625) < 0.005 and abs(np.mean([len(s) for s in S]) - 16.25) < 0.05
+    assert within(keep1, 0.625, 10 * len(S)) and all(set(range(10, 20)) <= set(s) for s in S)
+
+
+def test_t6_case2_keep_rates():
+    """Case 2 (quarters tau = 1, 2, 3, 4): K = 2.5, H = 4, P = .375, .125, 0, 0, so the keep
+    rates are 0.625 / 0.875 / 1 / 1 and E|S| = 17.5 (tsfl.md 4.2 facts, T6). 40,000
+    intervals = 200,000 draws per quarter: the 0.005 tolerance is >= 4.6 standard errors,
+    the 0.05 on the mean |S| (sd sqrt(1.71875)) about 7.6."""
+    dms = make_dms(7, n_clients=20)
+    tau = [1] * 5 + [2] * 5 + [3] * 5 + [4] * 5
+    arr = cands(tau)
+    n = 40_000
+    kept, sizes = np.zeros(20), np.zeros(n)
+    for r in range(n):
+        S = dms.reads(r, arr)
+        kept[S] += 1
+        sizes[r] = len(S)
+    keep = kept.reshape(4, 5).sum(1) / (5 * n)
+    for g, p in enumerate((0.625, 0.875, 1.0, 1.0)):
+        assert abs(keep[g] - p) < 0.005, (g, keep[g])
+        assert within(keep[g], p, 5 * n), (g, keep[g])
+    assert keep[2] == 1 and keep[3] == 1                      # tau >= K: never dropped, exactly
+    var_S = 5 * 0.375 * 0.625 + 5 * 0.125 * 0.875              # sum of the Bernoulli variances
+    assert abs(sizes.mean() - 17.5) < 0.05
+    assert abs(sizes.mean() - 17.5) <= 4.5 * math.sqrt(var_S / n)
+    assert sizes.var() == pytest.approx(var_S, rel=0.05)
 
 
 def test_t7_survivors_never_empty():
@@ -108,11 +144,67 @@ def test_t7_survivors_never_empty():
         assert S and int(np.argmax(tau)) in S
 
 
+@pytest.mark.parametrize("zero_tau", ["include", "exclude"])
+def test_t7_one_uniform_per_candidate_in_id_order(zero_tau):
+    """D4 / A12: per interval the algorithm stream gives exactly n_U uniforms, one per
+    candidate in ascending client id (whatever the arrival order), drawn even when every P
+    is 0 or the client is excluded; u < P drops. After each interval (reads + aggregate) the
+    stream's state equals a fresh generator from the same seed advanced by rng.random(n_U)
+    per interval; the survivors and weights follow from those uniforms."""
+    seed = 12
+    dms = make_dms(seed, n_clients=40, zero_tau=zero_tau)
+    ref = np.random.default_rng(seed)
+    pick = np.random.default_rng(13)
+    cases = [[3] * 6, [0] * 4, [5], [0, 0, 7]]               # all P = 0, H = 0, n_U = 1, zeros
+    cases += [list(pick.integers(0, 7, int(pick.integers(1, 21)))) for _ in range(300)]
+    for t, tau in enumerate(cases):
+        ids = pick.choice(40, len(tau), replace=False)
+        order = pick.permutation(len(tau))                    # arrival order is not id order
+        arr = cands(np.asarray(tau)[order], ids[order], vectors=True)
+        S = dms.reads(t, arr)
+        rho = dms.aggregate(t, arr)
+        srt = np.argsort(ids)
+        sid, stau = ids[srt], np.asarray(tau, np.int64)[srt]
+        u = ref.random(len(tau))                              # exactly n_U uniforms
+        assert dms.ctx.rng.bit_generator.state == ref.bit_generator.state, t
+        K, H, P = T.dms_filter_probs(stau)
+        beta = u >= P
+        if zero_tau == "exclude":
+            beta &= stau > 0
+        assert S == [int(c) for c in sid[beta]], t
+        assert np.array_equal([dms.client_info["dms_beta"][int(c)] for c in sid], beta.astype(int))
+        got = np.array([rho[int(c)] for c in sid])
+        if beta.any():
+            s = 1.0 / stau[beta].sum() if stau[beta].sum() > 0 else 0.0      # proportional mode
+            np.testing.assert_allclose(got, dms_weights(stau, beta, s), atol=1e-12)
+        else:
+            assert zero_tau == "exclude" and (got == 0).all()
+
+
 def test_t19_zero_tau_modes():
     K, H, P = T.dms_filter_probs([0, 2, 4])
     assert (K, H) == (2, 4) and np.allclose(P, [0.5, 0, 0])
     dms = make_dms(4, zero_tau="exclude")
     assert all(0 not in dms.reads(0, cands([0, 2, 4])) for _ in range(200))
+    # exclude forces beta = 0 on tau = 0 but changes nothing else (tsfl.md 4.3, A11): the
+    # zero client still counts in K = 2, H = 4, n_U = 3 (inside the slope) and keeps P = 0.5
+    fixed = {"mode": "fixed", "L": 4.0, "G2": 2.0, "sigma2": 0.5}
+    info = {}
+    for mode in ("include", "exclude"):
+        dms = make_dms(5, constants=fixed, zero_tau=mode)
+        for t in range(50):
+            arr = cands([0, 2, 4], vectors=True)
+            dms.reads(t, arr)
+            rho = dms.aggregate(t, arr)
+            ri, ci = dms.round_info, dms.client_info
+            assert (ri["K"], ri["H"]) == (2, 4)
+            assert ri["slope"] == pytest.approx(T.slope(0.1, 4.0, 2.0, 0.5, 3, 4), abs=1e-15)
+            assert ci["dms_p"] == {0: 0.5, 1: 0.0, 2: 0.0}
+            assert ci["dms_beta"][1] == ci["dms_beta"][2] == 1
+            if mode == "exclude":
+                assert ci["dms_beta"][0] == 0 and rho[0] == 0 and ri["survivors"] == 2
+            info.setdefault(mode, []).append(ci["dms_beta"][0])
+    assert 0 < np.mean(info["include"]) < 1                   # include: the zero client is a coin flip
 
 
 def test_t12_case3_keep_rates():
@@ -128,6 +220,35 @@ def test_t12_case3_keep_rates():
         for c in dms.reads(0, cands(tau)):
             kept[c // 5] += 1
     assert np.allclose(kept / (5 * n), [0.734, 0.899, 0.978, 0.995], atol=0.01)
+
+
+def test_t12_case3_sampler():
+    """floor(N(m, s)) of the iterations compute model, std reading (tsfl.md 6.3, T12): 100,000
+    draws per group. Group 1: P(1) = P(2) = 0.4938 +- 0.007, P(0) = P(3) = 0.0062 +- 0.002; group
+    means 1.5, 2.5, 3.5, 4.5 +- 0.015 (= m - 1/2 exactly, by symmetry about an integer). The
+    exact probabilities Phi((k + 1 - m)/s) - Phi((k - m)/s) are checked to 4.5 standard errors."""
+    from devices.compute import IterationsCompute
+    Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))             # noqa: E731
+    n = 100_000
+    for g, (m, sd) in enumerate(((2, .4), (3, .6), (4, .8), (5, 1.0))):
+        model = IterationsCompute(mean=m, std=sd)
+        rng = np.random.default_rng(50 + g)
+        tau = np.array([model.iterations(0, r, rng) for r in range(n)])
+        assert (tau >= 0).all()
+        assert abs(tau.mean() - (m - 0.5)) < 0.015, (g, tau.mean())
+        assert abs(tau.mean() - (m - 0.5)) <= 4.5 * tau.std() / math.sqrt(n)
+        freq = np.bincount(tau, minlength=12) / n
+        for k in range(12):
+            p = Phi((k + 1 - m) / sd) - Phi((k - m) / sd)
+            assert within(freq[k], p, n) if p > 0 else freq[k] == 0, (g, k, freq[k], p)
+        if g == 0:
+            assert abs(freq[1] - 0.4938) < 0.007 and abs(freq[2] - 0.4938) < 0.007
+            assert abs(freq[0] - 0.0062) < 0.002 and abs(freq[3] - 0.0062) < 0.002
+            assert freq[4:].sum() == 0
+    # one draw per (client, round), cached: asking again gives the same tau
+    model, rng = IterationsCompute(mean=3, std=0.6), np.random.default_rng(0)
+    first = [model.iterations(c, 7, rng) for c in range(5)]
+    assert [model.iterations(c, 7, rng) for c in range(5)] == first
 
 
 # --------------------------------------------------------------------------- FedAsync rules
@@ -278,6 +399,98 @@ def test_t11_interval_arithmetic(run_in):
     assert res.metrics["virtual_time"].tolist() == [0, 10, 20]
 
 
+def test_t11_undeliverable_not_in_K(run_in):
+    """The same three clients under DMS: the undeliverable client b is outside U^t, so
+    K = (4 + 0)/2 = 2 (not 4/3), H = 4, n_U = 2; the delivered tau = 0 client is filtered with
+    P = K/H = 0.5 (include), b has no P at all (tsfl.md 2.3, 4.3)."""
+    groups = [
+        {"name": "a", "count": 1, "compute": {"model": "constant", "step_time": 2.0}, "network": link_for(0.5, 1.0)},
+        {"name": "b", "count": 1, "compute": {"model": "constant", "step_time": 1.0}, "network": link_for(6.0, 5.0)},
+        {"name": "c", "count": 1, "compute": {"model": "constant", "step_time": 3.0}, "network": link_for(4.0, 4.0)},
+    ]
+    res = run_in(interval_scenario(groups, "dms", rounds=6, interval=10.0))
+    m = res.metrics[res.metrics["round"] > 0]
+    assert (m["K"] == 2.0).all() and (m["H"] == 4).all()
+    assert (m["n_candidates"] == 2).all() and (m["tau_mean"] == 2.0).all()
+    assert (m["heterogeneity"] == 4.0).all()                 # var([4, 0])
+    c = pd.read_csv(res.run_dir / "clients.csv", keep_default_na=False)
+    c = c[c["round"] > 0]
+    b = c[c["client"] == 1]
+    assert (b["drop_reason"] == "undeliverable").all() and (b["weight"] == 0).all() and (b["steps"] == 0).all()
+    assert (b["dms_p"] == "").all() and (b["dms_beta"] == "").all()       # never a candidate
+    a, z = c[c["client"] == 0], c[c["client"] == 2]
+    assert (a["dms_p"].astype(float) == 0).all() and (a["dms_beta"].astype(float) == 1).all()
+    assert (z["dms_p"].astype(float) == 0.5).all() and (z["steps"] == 0).all()
+    assert (a["weight"] > 0).all()
+    # proportional constants: rho ~ tau on the survivors, so a gets everything, kept or not
+    assert (a["weight"] == 1).all() and (z["weight"] == 0).all()
+    assert set(z["dms_beta"].astype(float)) == {0.0, 1.0}    # the tau = 0 client is a coin flip
+
+
+GUARD_DELTAS = (1, 0.3, 0.7, 3.3, 7, 10)
+
+
+def guard_scenario(delta):
+    """tsfl.md 2.3 paper cases: c = delta / tau, d = u = 0, one client per tau = 1..49."""
+    sc = quad_intervals("fedavg", list(range(1, 50)), rounds=1)
+    sc["workload"]["dataset"]["block"] = 1                 # d = 50: training stays cheap
+    sc["run"]["eval_every"] = 10
+    sc["protocol"]["interval"] = delta
+    for g in sc["clients"]["groups"]:
+        g["compute"]["period"] = delta
+    return sc
+
+
+@pytest.fixture(scope="module")
+def guard_runs(tmp_path_factory):
+    import emulator
+    out = tmp_path_factory.mktemp("guard")
+    runs = {}
+    for delta in GUARD_DELTAS:
+        res = emulator.run(guard_scenario(delta), out=out / str(delta))
+        c = pd.read_csv(res.run_dir / "clients.csv", keep_default_na=False)
+        runs[delta] = c[c["round"] == 1].set_index("client")
+    return runs
+
+
+def guard_sensitive_cases():
+    """(delta, tau) where the float product tau * (delta / tau) exceeds delta: without the
+    relative guard one iteration is lost there."""
+    return [(d, t) for d in GUARD_DELTAS for t in range(1, 50) if t * (d / t) > d]
+
+
+def test_t11_float_guard_exact_tau(guard_runs, monkeypatch, run_in):
+    """c = delta/tau, d = u = 0, tau in 1..49, delta in {1, .3, .7, 3.3, 7, 10}: exactly tau
+    iterations (T11). The check is sensitive: on the cases listed by guard_sensitive_cases the
+    clock without its guard fits tau - 1 (shown below), and the emulator then records tau - 1."""
+    import devices.compute as dc
+    sensitive = guard_sensitive_cases()
+    assert len(sensitive) >= 5 and {d for d, _ in sensitive} >= {0.3, 3.3, 7}
+    for delta, c in guard_runs.items():
+        assert c["steps"].tolist() == list(range(1, 50)), delta
+        assert (c["compute_time"] <= delta * (1 + 1e-9)).all()
+    for d in GUARD_DELTAS:
+        for t in range(1, 50):
+            assert dc.FixedClock(d / t).fit(d) == t
+    monkeypatch.setattr(dc, "FIT_EPS", 0.0)
+    for d, t in sensitive:
+        assert dc.FixedClock(d / t).fit(d) == t - 1
+    res = run_in(guard_scenario(3.3), "noguard")          # the emulator, unguarded
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    c = c[c["round"] == 1].set_index("client")
+    lost = [t for d, t in sensitive if d == 3.3]
+    assert [int(c.loc[t - 1, "steps"]) for t in lost] == [t - 1 for t in lost]
+
+
+def test_t11_float_guard_uploads_delivered(guard_runs):
+    """The tau fitted under the guard is also delivered: every client is in U^t, weight 1/49."""
+    bad = {d: [int(i) + 1 for i in c.index[(c["drop_reason"] != "") | (c["weight"] <= 0)]]
+           for d, c in guard_runs.items()}
+    assert all(not v for v in bad.values()), bad
+    for c in guard_runs.values():
+        np.testing.assert_allclose(c["weight"].astype(float), 1 / 49, atol=1e-12)
+
+
 def test_t15_min_iterations_filter(run_in):
     groups = [{"name": f"g{i}", "count": 1, "compute": {"model": "iterations", "fixed": t}, "network": "instant"}
               for i, t in enumerate([1, 2, 3, 5])]
@@ -288,13 +501,38 @@ def test_t15_min_iterations_filter(run_in):
     assert np.allclose(r1.loc[[2, 3], "dms_p"], [0.2, 0.0])     # K = 4, H = 5 over U = {2, 3}
     m = res.metrics.set_index("round")
     assert m.loc[1, "K"] == 4 and m.loc[1, "H"] == 5
+    assert (m.loc[1:, "n_candidates"] == 2).all() and (m.loc[1:, "K"] == 4).all() and (m.loc[1:, "H"] == 5).all()
+    assert (r1.loc[[0, 1], "weight"] == 0).all() and r1.loc[[0, 1], "dms_p"].isna().all()
+    assert abs(r1.loc[[2, 3], "weight"].sum() - 1) < 1e-12 and r1.loc[3, "weight"] > 0
     # the filtered clients' work is never computed
     assert res.summary["grad_steps_computed"] <= 2 * (3 + 5)
+    # m = 4, tau = [1, 2, 3, 5]: U = {3} only (strict tau > m), K = H = 5, P = 0, weight 1
+    res = run_in(interval_scenario(groups, "dms", rounds=2, min_iterations=4), "m4")
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    for r in (1, 2):
+        g = c[c["round"] == r].set_index("client")
+        assert list(g["drop_reason"].fillna("")) == ["min_iterations"] * 3 + [""]
+        assert g["weight"].tolist() == [0, 0, 0, 1] and g.loc[3, "dms_p"] == 0 and g.loc[3, "dms_beta"] == 1
+        assert g["steps"].tolist() == [1, 2, 3, 5]
+    m = res.metrics[res.metrics["round"] > 0]
+    assert (m["n_candidates"] == 1).all() and (m["K"] == 5).all() and (m["H"] == 5).all()
+    assert (m["survivors"] == 1).all() and (m["slope"] == 0.2).all()          # proportional: 1/5
+    assert res.summary["grad_steps_computed"] == 2 * 5
     # m = 4 with tau = [1, 2, 3, 4]: nobody uploads, w^{t+1} = w^t
     groups[3]["compute"]["fixed"] = 4
     res = run_in(interval_scenario(groups, "dms", rounds=2, min_iterations=4), "empty")
     assert np.allclose(res.metrics["test_loss"], res.metrics["test_loss"].iloc[0])
     assert res.summary["grad_steps_computed"] == 0
+    m = res.metrics[res.metrics["round"] > 0]
+    assert (m["n_candidates"] == 0).all() and (m["participants"] == 0).all()
+    assert (m["test_loss"] == res.metrics["test_loss"].iloc[0]).all()           # exactly w^0
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert (c["weight"] == 0).all() and (c.loc[c["round"] > 0, "drop_reason"] == "min_iterations").all()
+    # on the quadratic (w^0 = 0) the final model is exactly w^0
+    sc = quad_intervals("dms", [1, 2, 3, 4], rounds=3, constants={"mode": "proportional"})
+    sc["protocol"]["min_iterations"] = 4
+    res = run_in(sc, "empty_quad")
+    assert (np.load(res.run_dir / "model.npy") == 0).all()
 
 
 def quad_intervals(algo, taus, rounds=6, **kw):
@@ -387,6 +625,125 @@ def test_t22_records_and_laziness(run_in):
     filtered_steps = int(c.loc[c["dms_beta"] == 0, "steps"].sum())
     assert filtered_steps > 0
     assert res.summary["grad_steps_skipped"] == filtered_steps
+
+
+def random_tau_scenario(m, rounds=30):
+    """8 clients, tau quarters floor(N(2, .4)) .. floor(N(5, 1)) (two clients each), DMS,
+    only tau > m uploads (tsfl.md 5.2)."""
+    groups = [{"name": f"m{mu}", "count": 2, "compute": {"model": "iterations", "mean": mu, "std": 0.2 * mu},
+               "network": "instant"} for mu in (2, 3, 4, 5)]
+    return interval_scenario(groups, "dms", rounds=rounds, min_iterations=m)
+
+
+def test_t22_weights_min_iterations_and_empty_intervals(run_in):
+    """T22 with client selection (m = 4, so some intervals have U^t = {}): per interval the
+    weights over U^t sum to 1, or are all 0 when there is no aggregation (and then the model,
+    hence test_loss, is unchanged); weight = 0 iff DMS-dropped, not delivered or filtered by m."""
+    res = run_in(random_tau_scenario(4))
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    c = c[c["round"] > 0]
+    m = res.metrics.set_index("round")
+    empty = full = 0
+    for r, g in c.groupby("round"):
+        by_m = g["drop_reason"] == "min_iterations"
+        assert (by_m == (g["steps"] <= 4)).all()                       # strict tau > m uploads
+        assert (g.loc[by_m, "weight"] == 0).all() and g.loc[by_m, "dms_p"].isna().all()
+        U = g[~g["dropped"]]
+        assert m.loc[r, "n_candidates"] == len(U)
+        if len(U) == 0:
+            empty += 1
+            assert (g["weight"] == 0).all() and g["weight"].sum() == 0
+            assert m.loc[r, "survivors"] == 0 and m.loc[r, "participants"] == 0
+            assert m.loc[r, "test_loss"] == m.loc[r - 1, "test_loss"]          # w^{t+1} = w^t
+        else:
+            full += 1
+            assert abs(U["weight"].sum() - 1) < 1e-12
+            assert ((g["weight"] == 0) == ((g["dms_beta"] == 0) | g["dropped"])).all()
+    assert empty >= 3 and full >= 3, (empty, full)
+
+
+def test_t7_algorithm_stream_through_the_emulator(run_in):
+    """D4 / A12 end to end: the `algorithm` stream (Streams(seed).generator("algorithm", 0))
+    gives exactly n_U uniforms per interval, in client-id order over U^t, none when U^t = {},
+    and beta = (u >= P): replaying a fresh stream reproduces every recorded dms_beta."""
+    from emulator.rng import Streams
+    sc = random_tau_scenario(2, rounds=40)
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    c = c[c["round"] > 0]
+    g = Streams(sc["seed"]).generator("algorithm", 0)
+    sizes, dropped = set(), 0
+    for r, rows in c.groupby("round"):
+        U = rows[rows["drop_reason"].isna()].sort_values("client")
+        assert U["dms_p"].notna().all() and rows.loc[rows["drop_reason"].notna(), "dms_p"].isna().all()
+        tau = U["steps"].to_numpy(np.int64)
+        sizes.add(len(U))
+        if len(U) == 0:
+            continue
+        K, H, P = T.dms_filter_probs(tau)
+        np.testing.assert_allclose(U["dms_p"], P, atol=1e-12)
+        beta = g.random(len(U)) >= P
+        assert (U["dms_beta"].to_numpy() == beta.astype(int)).all(), r
+        dropped += int((~beta).sum())
+    assert len(sizes) >= 3 and dropped >= 3, (sizes, dropped)
+
+
+# --------------------------------------------------------------------------- eval_every_seconds (async)
+def async_eval_scenario(every, rounds=40):
+    """FedAsync, 3 clients with job times 0.5, 0.75, 1.25 s (2 steps each, instant links):
+    merges at multiples of those, with ties (e.g. 1.5 s, 2.5 s)."""
+    sc = tiny(**{"run.rounds": rounds, "run.eval_every_seconds": every})
+    sc["protocol"] = {"name": "async", "local_steps": 2}
+    sc["algorithm"] = {"name": "fedasync", "lr": 0.1}
+    sc["clients"] = {"count": 3, "groups": [
+        {"name": f"g{i}", "count": 1, "compute": {"model": "constant", "step_time": st}, "network": "instant"}
+        for i, st in enumerate((0.25, 0.375, 0.625))]}
+    return sc
+
+
+def expected_evaluated(times, every, last_round_index):
+    """base.finish_aggregation / asynchronous.py docstring: a merge is evaluated iff it is the
+    first merge at or after some grid point k * every (k >= 1) - i.e. some k * every lies in
+    (previous merge's time, this merge's time] - or it is the run's last round."""
+    out, prev, k = [], 0.0, 1
+    for i, t in enumerate(times):
+        while k * every <= prev:
+            k += 1
+        out.append(k * every <= t or i == last_round_index)
+        prev = t
+    return np.array(out)
+
+
+@pytest.mark.parametrize("every", [1.0, 0.5, 2.25])
+def test_async_eval_every_seconds_grid(run_in, every):
+    """run.eval_every_seconds under async: test_acc is set exactly on the first merge at or after
+    each multiple of `every` (a merge exactly on the grid counts; of tied merges only the first),
+    plus the last round; NaN on every other merge. Dyadic times: no float rounding involved."""
+    res = run_in(async_eval_scenario(every))
+    mt = res.metrics
+    assert mt["round"].tolist() == list(range(41)) and not np.isnan(mt["test_acc"].iloc[0])
+    m = mt[mt["round"] > 0]
+    times = m["virtual_time"].to_numpy()
+    assert (np.diff(times) >= 0).all() and (np.diff(times) == 0).any()       # ties occur
+    got = m["test_acc"].notna().to_numpy()
+    exp = expected_evaluated(times, every, len(m) - 1)
+    assert (got == exp).all(), list(zip(m["round"][got != exp], times[got != exp]))
+    on_grid = [t for t in times if (t / every) == int(t / every)]
+    assert on_grid                                                           # "at" is exercised
+    assert m["test_loss"].notna().tolist() == got.tolist()
+    if every == 1.0:      # by hand: merges at 1.0, 2.0, 3.0 (two tied), 4.0, 5.0 (two), 6.0 (two), 7.0
+        assert m.loc[m["test_acc"].notna(), "round"].tolist()[:7] == [3, 7, 11, 16, 19, 23, 28]
+        assert m.loc[m["round"].isin([11, 12]), "virtual_time"].tolist() == [3.0, 3.0]
+
+
+def test_async_eval_every_seconds_no_drift(run_in):
+    res = run_in(async_eval_scenario(0.7))
+    m = res.metrics[res.metrics["round"] > 0]
+    times = m["virtual_time"].to_numpy()
+    assert 7.0 in times and 10 * 0.7 == 7.0
+    got = m["test_acc"].notna().to_numpy()
+    exp = expected_evaluated(times, 0.7, len(m) - 1)
+    assert (got == exp).all(), list(zip(m["round"][got != exp], times[got != exp]))
 
 
 def test_t9_theorem2_consistency():

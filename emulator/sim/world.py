@@ -131,7 +131,7 @@ class World:
         self.protocol = proto.factory(self, sc.protocol)
         self.wall0 = None
         self.rounds_done = 0
-        self.next_eval_time = sc.run.eval_every_seconds or 0.0
+        self.next_eval_k = 1     # next evaluation at next_eval_k x run.eval_every_seconds
         self.last_good = {t.index: t.algorithm.global_params().detach().clone() for t in self.tasks}
         self.status, self.message = "running", None
 

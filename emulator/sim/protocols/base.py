@@ -277,9 +277,10 @@ class Protocol:
         last = run.rounds is not None and t >= run.rounds
         due = t % run.eval_every == 0
         if run.eval_every_seconds is not None:     # a virtual-time grid instead of a round count
-            due = self.env.now >= w.next_eval_time
-            while w.next_eval_time <= self.env.now:
-                w.next_eval_time += run.eval_every_seconds
+            # grid point k x eval_every_seconds, computed from k (a running sum would drift)
+            due = self.env.now >= w.next_eval_k * run.eval_every_seconds
+            while w.next_eval_k * run.eval_every_seconds <= self.env.now:
+                w.next_eval_k += 1
         if diverged is None and (due or last):
             row.update(w.evaluate(task))
         w.recorder.metric(row)

@@ -25,6 +25,8 @@ clients.csv: `steps` = tau (iterations), `sgd_steps` = the SGD steps they took.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Literal, Optional
 
 import numpy as np
@@ -90,6 +92,23 @@ class Intervals(Protocol):
             tau = min(tau, self.p.max_iterations)
         return tau, spi, clock.time(tau * spi)
 
+    @staticmethod
+    def within(t0: float, d: float, dur: float, u: float, delta: float) -> float:
+        """The compute time, trimmed by at most the float guard (tsfl.md 2.3) so that the
+        upload SimPy schedules at ((t0 + d) + dur) + u is not an ulp past the close t0 + delta:
+        tau was accepted because it fits, so it must also arrive."""
+        close = t0 + delta
+        if dur <= 0 or (t0 + d + dur) + u <= close:
+            return dur
+        trimmed = max(0.0, (close - u) - (t0 + d))
+        if dur - trimmed > 2 * EPS * delta + 1e-12:     # more than float noise: not ours to hide
+            return dur
+        for _ in range(64):
+            if (t0 + d + trimmed) + u <= close or trimmed <= 0.0:
+                break
+            trimmed = math.nextafter(trimmed, 0.0)
+        return trimmed
+
     def process(self):
         w = self.world
         t = 0
@@ -121,6 +140,7 @@ class Intervals(Protocol):
                 continue
             rows = self.subset(cid, t, int(task.client_sizes[cid]))
             tau, spi, dur = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows))
+            dur = self.within(t0, d, dur, u, delta)
             if rows is not None:
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
             log.set_extra("sgd_steps", cid, tau * spi, dtype=np.int64, default=0)
