@@ -28,10 +28,28 @@ def message_bytes(numel: int, bytes_per_param: int = 4, overhead_bytes: int = 0,
     return int(math.ceil(payload)) + int(overhead_bytes)
 
 
+JITTER_DISTS = ("exponential", "uniform", "lognormal")
+
+
+def jitter_draw(rng, mean: float, dist: str = "exponential", sigma: float = 1.0) -> float:
+    """One message's extra latency with the given mean: Exponential(mean), Uniform(0, 2 mean),
+    or LogNormal(ln(mean) - sigma^2/2, sigma)."""
+    if mean <= 0:
+        return 0.0
+    if dist == "exponential":
+        return float(rng.exponential(mean))
+    if dist == "uniform":
+        return float(rng.uniform(0.0, 2.0 * mean))
+    if dist == "lognormal":
+        return float(rng.lognormal(math.log(mean) - 0.5 * sigma ** 2, sigma))
+    raise ValueError(f"jitter distribution must be one of {', '.join(JITTER_DISTS)}, got {dist!r}")
+
+
 @dataclass
 class Link:
     """A client's own link: latency (s), uplink and downlink bandwidth (Mbit/s).
-    `jitter`: mean of an exponential extra latency per message (0: none).
+    `jitter`: mean extra latency per message (0: none), drawn from `jitter_dist` (exponential,
+    uniform on [0, 2 jitter], or lognormal with log-space spread `jitter_sigma`).
     `spread`: each client's bandwidths are scaled by a factor ~ LogNormal(-spread^2/2, spread)
     (mean 1) drawn once per client."""
 
@@ -40,6 +58,8 @@ class Link:
     down_mbps: float
     jitter: float = 0.0
     spread: float = 0.0
+    jitter_dist: str = "exponential"
+    jitter_sigma: float = 1.0
     _factor: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -62,7 +82,7 @@ class Link:
 
     def delay(self, rng=None) -> float:
         """Latency of one message (with its jitter draw)."""
-        return self.latency + (rng.exponential(self.jitter) if self.jitter > 0 else 0.0)
+        return self.latency + jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
 
     def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None) -> float:
         """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone."""
@@ -253,6 +273,8 @@ class TraceLink:
     members: Sequence[int]
     latency: float = 0.0
     jitter: float = 0.0
+    jitter_dist: str = "exponential"
+    jitter_sigma: float = 1.0
 
     def __post_init__(self):
         ids = sorted(self.table, key=lambda s: (len(s), s))
@@ -265,7 +287,7 @@ class TraceLink:
         return (up if direction == "up" else down) * 1e6
 
     def delay(self, rng=None):
-        return self.latency + (rng.exponential(self.jitter) if self.jitter > 0 else 0.0)
+        return self.latency + jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
 
     def transfer_time(self, nbytes, direction, client=0, rng=None):
         return self.delay(rng) + nbytes * 8.0 / self.bandwidth_bps(direction, client)

@@ -158,13 +158,17 @@ class LinkParams(Params):
     latency: float = Field(ge=0, description="one-way latency per message, seconds")
     up_mbps: float = Field(gt=0, description="uplink bandwidth, Mbit/s")
     down_mbps: float = Field(gt=0, description="downlink bandwidth, Mbit/s")
-    jitter: float = Field(0.0, ge=0, description="mean of an exponential extra latency per message, seconds")
+    jitter: float = Field(0.0, ge=0, description="mean extra latency per message, seconds")
+    jitter_dist: Literal["exponential", "uniform", "lognormal"] = Field(
+        "exponential", description="jitter distribution: Exponential(mean), Uniform(0, 2 mean), LogNormal with that mean")
+    jitter_sigma: float = Field(1.0, gt=0, description="log-space spread of lognormal jitter")
     spread: float = Field(0.0, ge=0, description="per-client bandwidth factor ~ LogNormal(-s^2/2, s), mean 1")
 
 
 register("network", "link", LinkParams,
          "a client's own link: time = latency + bytes*8/(mbps*1e6) (the default `model`)",
-         lambda p, ctx=None: nw.Link(p.latency, p.up_mbps, p.down_mbps, p.jitter, p.spread))
+         lambda p, ctx=None: nw.Link(p.latency, p.up_mbps, p.down_mbps, p.jitter, p.spread,
+                                     p.jitter_dist, p.jitter_sigma))
 register("network", "instant", InstantParams, "transfers take no virtual time (explicit zero)",
          lambda p, ctx=None: nw.InstantLink())
 
@@ -172,13 +176,16 @@ register("network", "instant", InstantParams, "transfers take no virtual time (e
 class LinkTraceParams(Params):
     path: str = Field(description="CSV: client, up_mbps, down_mbps (e.g. from `flemu traces import-fedscale`)")
     latency: float = Field(ge=0, description="one-way latency per message, seconds")
-    jitter: float = Field(0.0, ge=0, description="mean exponential extra latency per message")
+    jitter: float = Field(0.0, ge=0, description="mean extra latency per message, seconds")
+    jitter_dist: Literal["exponential", "uniform", "lognormal"] = Field("exponential", description="jitter distribution")
+    jitter_sigma: float = Field(1.0, gt=0, description="log-space spread of lognormal jitter")
     _f = field_validator("path")(_file)
 
 
 def _link_trace(p, ctx):
     from devices.traces import read_links
-    return nw.TraceLink(_wrap_value_error(read_links, p.path), list(ctx.members), p.latency, p.jitter)
+    return nw.TraceLink(_wrap_value_error(read_links, p.path), list(ctx.members), p.latency, p.jitter,
+                        p.jitter_dist, p.jitter_sigma)
 
 
 register("network", "link_trace", LinkTraceParams, "per-client bandwidths from a links CSV", _link_trace)

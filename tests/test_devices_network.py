@@ -304,3 +304,25 @@ def test_devices_imports_neither_torch_nor_emulator():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert {"devices.network", "devices.compute", "devices.availability"} <= set(out["names"])
     assert out["bad"] == []
+
+
+@pytest.mark.parametrize("dist, sd", [("exponential", 0.02), ("uniform", 0.04 / np.sqrt(12)),
+                                      ("lognormal", 0.02 * np.sqrt(np.exp(0.5 ** 2) - 1))])
+def test_jitter_distributions_have_the_configured_mean(dist, sd):
+    """Every jitter distribution has mean `jitter` (mean within 4 standard errors) and its own
+    spread; uniform stays in [0, 2 jitter]."""
+    link = Link(latency=0.05, up_mbps=2, down_mbps=8, jitter=0.02, jitter_dist=dist, jitter_sigma=0.5)
+    rng = np.random.default_rng(7)
+    x = np.array([link.delay(rng) for _ in range(20_000)]) - 0.05
+    assert abs(x.mean() - 0.02) < 4 * sd / np.sqrt(len(x))
+    assert x.std() == pytest.approx(sd, rel=0.05)
+    assert x.min() >= 0 and (dist != "uniform" or x.max() <= 0.04)
+
+
+def test_unknown_jitter_distribution_is_a_scenario_error(run_in):
+    from conftest import tiny
+    from emulator.errors import ScenarioError
+    sc = tiny()
+    sc["clients"]["groups"][0]["network"]["jitter_dist"] = "pareto"
+    with pytest.raises(ScenarioError, match=r"clients\.groups\[0\]\.network.*jitter_dist"):
+        run_in(sc)
