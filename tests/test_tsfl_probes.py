@@ -1,5 +1,6 @@
 """T20 (tsfl.md 3.4): the gradient probes behind the `estimate` mode of Eq.(6)'s constants."""
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 
@@ -75,3 +76,17 @@ def test_T20_dms_estimate_mode_reads_probes_in_a_run(tmp_path):
     assert (m["G2_hat"] > 0).all() and (m["sigma2_hat"] > 0).all() and (m["L_hat"] > 0).all()
     # EMA (lambda 0.9) of raw values: G2 moves by at most 10% of the gap per interval
     assert np.isfinite(m["slope"]).all()
+
+
+def test_sigma2_unit_sample_scales_the_estimate_by_the_batch(tmp_path):
+    """sigma2_unit: sample reads sigma^2 as a one-sample variance: B = 32 x the batch estimate
+    (same probes in interval 1, before the weights differ)."""
+    from emulator.runner import run
+    out = {}
+    for unit in ("batch", "sample"):
+        res = run("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=1", f"algorithm.constants.sigma2_unit={unit}"],
+                  out=tmp_path / unit)
+        out[unit] = res.metrics.set_index("round").loc[1]
+    assert out["sample"]["sigma2_hat"] == pytest.approx(32 * out["batch"]["sigma2_hat"], rel=1e-12)
+    assert out["sample"]["G2_hat"] == out["batch"]["G2_hat"]
+    assert out["sample"]["slope"] == pytest.approx(out["batch"]["slope"] / 32, rel=1e-12)

@@ -88,6 +88,9 @@ class ConstantsParams(Params):
     G2: Optional[float] = Field(None, gt=0, description="gradient second-moment bound (mode fixed)")
     sigma2: Optional[float] = Field(None, gt=0, description="gradient variance bound (mode fixed)")
     ema: float = Field(0.9, ge=0, lt=1, description="smoothing of the probe estimates over intervals")
+    sigma2_unit: Literal["batch", "sample"] = Field(
+        "batch", description="sigma^2 of Ass. 1 read as the variance of a mini-batch gradient (A8), "
+                             "or of a one-sample gradient: batch size x the probe's estimate (mode estimate)")
 
     @model_validator(mode="after")
     def _fixed(self):
@@ -173,7 +176,8 @@ class TsflOptimal(_IntervalRule):
         if not probes:                      # no client probed: carry the previous values
             return
         G2 = max(p["G2"] for p in probes)                         # G^2 bounds E||g||^2 over clients
-        sig = float(np.mean([p["sigma2"] for p in probes]))       # Cor. 1's common sigma
+        per = c.sigma2_unit == "sample"                            # B x Var(batch mean) = Var(one sample)
+        sig = float(np.mean([p["sigma2"] * (p.get("batch", 1) if per else 1) for p in probes]))   # Cor. 1's common sigma
         Ls = [p["L"] for p in probes if p.get("L") is not None]
         L = max(Ls) if Ls else (self.L or 0.0)
         if self.G2 is None:

@@ -171,7 +171,7 @@ class SequentialExecutor(Executor):
         gb = self._grad(td, w, td.x[idx], td.y[idx])
         gc = self._grad(td, w - lr * ga, xa, ya)
         self.stats.probe_evals += 2
-        return probe_estimates(ga, gb, gc, lr)
+        return {**probe_estimates(ga, gb, gc, lr), "batch": int(len(ya))}   # batch: for sigma2_unit
 
     @staticmethod
     def _grad(td, w, xb, yb):
