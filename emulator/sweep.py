@@ -442,6 +442,20 @@ def _comparable(cfg: dict) -> dict:
     return c
 
 
+def _stored_config(path: Path) -> dict:
+    """A finished run's config.yaml, resolved again by today's schema: a field added since
+    (with its default) is then filled in on both sides and does not make the run stale; a
+    config that no longer validates compares as it was stored (and so differs)."""
+    try:
+        got = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    try:
+        return scn.dump(scn.load(copy.deepcopy(got)))
+    except (FlemuError, ValueError, TypeError):
+        return got
+
+
 def _first_difference(a, b, path="") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in list(a) + [k for k in b if k not in a]:
@@ -470,10 +484,7 @@ def scan(root: Path, plans, check_stale: bool = True) -> dict:
         if s is not None:
             st.update(status=s["status"], summary=s)
             if check_stale and p.scenario is not None and (d / "config.yaml").exists():
-                try:
-                    got = yaml.safe_load((d / "config.yaml").read_text()) or {}
-                except yaml.YAMLError:
-                    got = {}
+                got = _stored_config(d / "config.yaml")
                 diff = _first_difference(_comparable(p.scenario), _comparable(got))
                 if diff:
                     st["stale"] = diff

@@ -93,6 +93,17 @@ def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
     d2 = dict(d, base=tiny(**{"run.rounds": 4}))
     with pytest.raises(sw.SweepError, match="different scenario"):
         sw.run_sweep(sw.load_spec(d2), workers=1, threads=1)
+    # a run stored before a schema field existed (its config lacks a field whose default is
+    # today's value) is not stale; a stored value that differs from the plan still is
+    cfg = ok_dir / "config.yaml"
+    stored = yaml.safe_load(cfg.read_text())
+    stored["algorithm"].pop("weighting")                  # as if written before `weighting` existed
+    cfg.write_text(yaml.safe_dump(stored))
+    plans = sw.resolve(sw.load_spec(d), sw.expand(sw.load_spec(d)))
+    assert sw.scan(res.dir, plans)["variant=ok__seed=0"]["stale"] is None
+    stored["algorithm"]["weighting"] = "uniform"
+    cfg.write_text(yaml.safe_dump(stored))
+    assert sw.scan(res.dir, plans)["variant=ok__seed=0"]["stale"] == "algorithm.weighting"
 
 
 def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
