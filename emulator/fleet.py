@@ -154,14 +154,18 @@ register("compute", "trace", ComputeTraceParams, "replay per-client step times o
 
 
 # ============================================================================ network links
-class LinkParams(Params):
+class LatencyParams(Params):
+    """Per-message latency of a link: fixed part plus a random jitter (devices.network.jitter_draw)."""
     latency: float = Field(ge=0, description="one-way latency per message, seconds")
-    up_mbps: float = Field(gt=0, description="uplink bandwidth, Mbit/s")
-    down_mbps: float = Field(gt=0, description="downlink bandwidth, Mbit/s")
     jitter: float = Field(0.0, ge=0, description="mean extra latency per message, seconds")
     jitter_dist: Literal["exponential", "uniform", "lognormal"] = Field(
         "exponential", description="jitter distribution: Exponential(mean), Uniform(0, 2 mean), LogNormal with that mean")
     jitter_sigma: float = Field(1.0, gt=0, description="log-space spread of lognormal jitter")
+
+
+class LinkParams(LatencyParams):
+    up_mbps: float = Field(gt=0, description="uplink bandwidth, Mbit/s")
+    down_mbps: float = Field(gt=0, description="downlink bandwidth, Mbit/s")
     spread: float = Field(0.0, ge=0, description="per-client bandwidth factor ~ LogNormal(-s^2/2, s), mean 1")
 
 
@@ -173,12 +177,8 @@ register("network", "instant", InstantParams, "transfers take no virtual time (e
          lambda p, ctx=None: nw.InstantLink())
 
 
-class LinkTraceParams(Params):
+class LinkTraceParams(LatencyParams):
     path: str = Field(description="CSV: client, up_mbps, down_mbps (e.g. from `flemu traces import-fedscale`)")
-    latency: float = Field(ge=0, description="one-way latency per message, seconds")
-    jitter: float = Field(0.0, ge=0, description="mean extra latency per message, seconds")
-    jitter_dist: Literal["exponential", "uniform", "lognormal"] = Field("exponential", description="jitter distribution")
-    jitter_sigma: float = Field(1.0, gt=0, description="log-space spread of lognormal jitter")
     _f = field_validator("path")(_file)
 
 

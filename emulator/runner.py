@@ -43,25 +43,25 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     build_s = time.perf_counter() - t0
     world.run()
     metrics = world.recorder.metrics_frame()
-    delays = add_delay_metrics(world, metrics)
+    delays, last_aggregated = add_delay_metrics(world, metrics)
     clients = world.recorder.clients_frame()
     checks = invariants.check(world, metrics, clients)
     summary = summarize(world, metrics, clients, build_s, checks)
     summary["delay"] = delays
     summary.update(energy_summary(world, clients))
-    write_run_dir(out_dir, world, sc, metrics, clients, summary)
+    write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated)
     return RunResult(out_dir, metrics, summary)
 
 
-def add_delay_metrics(world, metrics: pd.DataFrame) -> dict:
+def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
     """FedSUM delay metrics from the participation that happened (clients with weight > 0):
-    a `tau` column in metrics.csv, tau_max / tau_avg per model in summary.json."""
+    a `tau` column in metrics.csv; returns (tau_max / tau_avg per model for summary.json,
+    per model the last round each client was aggregated in, 0 = never, for partition.csv)."""
     from .participation import delay_metrics
 
-    out = {}
-    world.last_aggregated = {}
+    out, last_aggregated = {}, {}
     if not len(metrics):
-        return out
+        return out, last_aggregated
     metrics["tau"] = np.nan
     for task in world.tasks:
         logs = [log for log in world.recorder.rounds if log.task == task.index]
@@ -70,10 +70,9 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> dict:
             metrics.loc[(metrics["round"] == log.round) & (metrics["model"] == task.index), "tau"] = int(tau)
         out[str(task.index)] = {"tau_max": d["tau_max"], "tau_avg": d["tau_avg"],
                                 "never_aggregated": int((d["last_selected"] < 0).sum())}
-        # per client: the last round whose aggregate it was in (0 = never), for partition.csv
         rounds = np.array([0] + [log.round for log in logs], dtype=np.int64)
-        world.last_aggregated[task.index] = rounds[d["last_selected"] + 1]
-    return out
+        last_aggregated[task.index] = rounds[d["last_selected"] + 1]
+    return out, last_aggregated
 
 
 def energy_summary(world, clients: pd.DataFrame) -> dict:
@@ -149,7 +148,7 @@ def _json_default(o):
     return str(o)
 
 
-def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary) -> None:
+def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggregated=None) -> None:
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
@@ -158,7 +157,7 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary) -> None:
         (tmp / "config.yaml").write_text(scenario.to_yaml(sc))
         metrics.to_csv(tmp / "metrics.csv", index=False)
         clients.to_csv(tmp / "clients.csv", index=False)
-        partition_frame(world).to_csv(tmp / "partition.csv", index=False)
+        partition_frame(world, last_aggregated).to_csv(tmp / "partition.csv", index=False)
         if world.recorder.events is not None:
             world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
         for task in world.tasks:
@@ -177,14 +176,14 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary) -> None:
         raise
 
 
-def partition_frame(world) -> pd.DataFrame:
+def partition_frame(world, last_aggregated=None) -> pd.DataFrame:
     """Per client: group, samples, the last round it was aggregated in (0: never; the FedSUM
     last-selection time s_i) and the label histogram of each model's data."""
     rows = {"client": np.arange(world.num_clients), "group": [c.group for c in world.clients]}
     for task in world.tasks:
         suffix = "" if len(world.tasks) == 1 else f"_m{task.index}"
         rows[f"samples{suffix}"] = task.client_sizes
-        last = getattr(world, "last_aggregated", {}).get(task.index)
+        last = (last_aggregated or {}).get(task.index)
         if last is not None:
             rows[f"last_aggregated_round{suffix}"] = last
         if task.data.task == "classification" and task.data.num_classes <= 100:

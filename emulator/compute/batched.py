@@ -20,8 +20,6 @@ one transfer; data stay on the device.
 """
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -29,7 +27,7 @@ from pydantic import Field
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..registry import register
-from .executor import ExecutorParams, SequentialExecutor
+from .executor import ExecutorParams, SequentialExecutor, sgd_step
 from .jobs import TrainResult
 from .lazy import force
 
@@ -180,22 +178,11 @@ class BatchedExecutor(SequentialExecutor):
             lsum[:k] += loss.detach()
             if gsum is not None:
                 gsum[:k] += g
-            w = W[:k]
-            if wd is not None:
-                g = g + wd[:k] * w
-            if mu is not None:
-                g = g + mu[:k] * (w - anchor[:k])
-            if corr is not None:
-                g = g + corr[:k]
-            if mom is not None:
-                if buf is None:
-                    buf = g.clone()
-                else:
-                    buf[:k].mul_(mom[:k]).add_(g)
-                d = g + mom[:k] * buf[:k] if rule0.nesterov else buf[:k]
-            else:
-                d = g
-            W[:k] = w - lr[h, :k, None] * d
+            top = lambda v: None if v is None else v[:k]  # noqa: E731  the jobs still running
+            W[:k], b = sgd_step(W[:k], g, top(buf), lr[h, :k, None], top(wd), top(mu), top(mom),
+                                rule0.nesterov, top(anchor), top(corr))
+            if buf is None:
+                buf = b                  # created at step 0, when every job is running
         losses = lsum.tolist()
         out = []
         for i, job in enumerate(jobs):
@@ -241,9 +228,8 @@ class AutoExecutor(BatchedExecutor):
         job = futs[0].job
         td = self.tasks[job.task]
         if job.task not in self._macs:
-            from ..workloads.models import forward_macs
-            cpu_copy = copy.deepcopy(td.net.module).to(device="cpu", dtype=torch.float32)
-            self._macs[job.task] = max(forward_macs(cpu_copy, tuple(td.x.shape[1:])), td.net.dim)
+            from ..workloads.models import forward_macs      # runs in the module's dtype and device
+            self._macs[job.task] = max(forward_macs(td.net.module, tuple(td.x.shape[1:])), td.net.dim)
         batch = max(len(self.job_rows(f.job)) if f.job.batch_size is None else f.job.batch_size for f in futs)
         return auto_batches(self.device, len(futs), self._macs[job.task] * batch, self.rule)
 

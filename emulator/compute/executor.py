@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
 import numpy as np
@@ -99,20 +99,29 @@ class Executor:
         self.stats.steps_computed += job.steps
 
 
-def sgd_update(w, g, buf, rule: LocalRule, h: int, anchor, correction):
-    """One local step of `rule` (see LocalRule), on flat vectors. Returns (w, buf)."""
-    if rule.weight_decay:
-        g = g + rule.weight_decay * w
-    if rule.prox_mu:
-        g = g + rule.prox_mu * (w - anchor)
+def sgd_step(w, g, buf, lr, weight_decay=None, prox_mu=None, momentum=None, nesterov=False,
+             anchor=None, correction=None):
+    """One local SGD step (PyTorch semantics) on flat vectors, or on a stack of them with
+    per-row coefficients (columns [J, 1]); a coefficient of None is off. Returns (w, buf);
+    `buf` (the momentum buffer) is updated in place once it exists."""
+    if weight_decay is not None:
+        g = g + weight_decay * w
+    if prox_mu is not None:
+        g = g + prox_mu * (w - anchor)
     if correction is not None:
         g = g + correction
-    if rule.momentum:
-        buf = g.clone() if buf is None else buf.mul_(rule.momentum).add_(g)
-        d = g + rule.momentum * buf if rule.nesterov else buf
+    if momentum is not None:
+        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
+        d = g + momentum * buf if nesterov else buf
     else:
         d = g
-    return w - rule.lr_at(h) * d, buf
+    return w - lr * d, buf
+
+
+def sgd_update(w, g, buf, rule: LocalRule, h: int, anchor, correction):
+    """One local step of `rule` (see LocalRule), on flat vectors. Returns (w, buf)."""
+    return sgd_step(w, g, buf, rule.lr_at(h), rule.weight_decay or None, rule.prox_mu or None,
+                    rule.momentum or None, rule.nesterov, anchor, correction)
 
 
 class SequentialExecutor(Executor):
