@@ -1,6 +1,7 @@
 """Imported once by the local sweep backend's fork server, so that every run process forked
 from it starts with torch, flemu and the scenario schema already loaded."""
-from . import runner, scenario, sweep_worker  # noqa: F401
+from .. import runner, scenario  # noqa: F401
+from . import worker  # noqa: F401
 
 scenario.schema()
 try:                                  # the `digits` data set's loader

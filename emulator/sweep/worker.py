@@ -1,4 +1,4 @@
-"""One sweep run in its own process: `python -m emulator.sweep_worker SCENARIO OUT ERROR_JSON`.
+"""One sweep run in its own process: `python -m emulator.sweep.worker SCENARIO OUT ERROR_JSON`.
 
 Runs the resolved scenario into OUT (the runner writes it under a temporary name and renames
 it when complete). Exit status 0 when the run directory was written (status complete,
@@ -26,7 +26,7 @@ def describe(exc: BaseException) -> dict:
 
 
 def run_one(scenario_file: str, out: str) -> dict:
-    from .runner import run
+    from ..runner import run
     return run(scenario_file, out=out).summary
 
 
@@ -35,7 +35,7 @@ def run_to_files(scenario: dict, run_id: str) -> dict:
     bytes}} or {"ok": False, type, error, detail}. (Used by the Ray backend.)"""
     import shutil
 
-    from .runner import run
+    from ..runner import run
     tmp = Path(tempfile.mkdtemp(prefix=f"flemu-{run_id[:40]}-"))
     try:
         out = tmp / "run"

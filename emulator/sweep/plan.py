@@ -1,0 +1,109 @@
+"""Expansion: a SweepSpec's axes x seeds -> RunPlans with readable, stable ids; `resolve`
+validates each run's scenario (the base with its overrides applied)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import scenario as scn
+from ..errors import ScenarioError
+from .spec import SweepSpec
+
+
+@dataclass
+class RunPlan:
+    id: str
+    values: dict                     # axis name -> label
+    seed: int
+    overrides: list                  # [(path, value)] after the base (set, variant, grid)
+    scenario: Optional[dict] = None  # resolved scenario (after `resolve`)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+\-]+")
+
+
+def _id_part(x) -> str:
+    s = repr(x) if isinstance(x, float) else str(x)
+    s = _UNSAFE.sub("_", s).strip("_") or "_"
+    return s
+
+
+def expand(spec: SweepSpec) -> list:
+    """Every run of the sweep: variants x grid (cartesian) x seeds, in a stable order."""
+    plans = []
+    points = itertools.product(*[list(range(len(a.labels))) for a in spec.axes]) if spec.axes else [()]
+    for point in points:
+        values = {a.name: a.labels[i] for a, i in zip(spec.axes, point)}
+        ov = list(spec.set)
+        for a, i in zip(spec.axes, point):
+            ov += a.sets[i]
+        parts = [f"{_id_part(a.key)}={_id_part(a.labels[i])}" for a, i in zip(spec.axes, point)]
+        for s in spec.seeds:
+            rid = "__".join(parts + [f"seed={s}"])
+            if len(rid) > 180:
+                rid = rid[:170] + "-" + hashlib.sha1(rid.encode()).hexdigest()[:8]
+            plans.append(RunPlan(rid, dict(values), int(s), list(ov)))
+    ids = [p.id for p in plans]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ScenarioError([("grid", f"two runs would share the id {dup[0]!r}; give the values distinct labels")])
+    return plans
+
+
+def _concrete(raw: dict, path: str) -> list:
+    """`a.b[*].c` -> every `a.b[i].c` that exists in `raw` (no wildcard: the path itself)."""
+    keys = scn.split_path(path)
+    if "*" not in keys:
+        return [path]
+    out = []
+
+    def walk(node, done, rest):
+        if not rest:
+            out.append(scn.format_path(done))
+            return
+        k, tail = rest[0], rest[1:]
+        if k == "*":
+            if not isinstance(node, list):
+                raise ScenarioError([(path, f"{scn.format_path(done)} is not a list, so [*] has nothing to expand")])
+            for i, item in enumerate(node):
+                walk(item, done + [i], tail)
+        else:
+            nxt = node.get(k) if isinstance(node, dict) else (node[k] if isinstance(node, list) and isinstance(k, int) and k < len(node) else None)
+            walk(nxt if nxt is not None else {}, done + [k], tail)
+    walk(raw, [], keys)
+    return out
+
+
+def apply(raw: dict, overrides) -> dict:
+    """Apply (path, value) overrides in order (values are copied; `[*]` expands)."""
+    for path, value in overrides:
+        for p in _concrete(raw, path):
+            scn.apply_overrides(raw, [(p, copy.deepcopy(value))])
+    return raw
+
+
+def resolve(spec: SweepSpec, plans, threads: Optional[int] = None) -> list:
+    """Validate every run's scenario (all problems reported together, each under its run id);
+    fill plan.scenario with the resolved mapping (defaults, absolute paths, seed, output dir)."""
+    problems = []
+    root = spec.dir
+    for p in plans:
+        try:
+            raw = apply(copy.deepcopy(spec.base), p.overrides)
+            if threads is not None and not (raw.get("executor") or {}).get("threads"):
+                ex = raw.get("executor") or {"name": "sequential"}
+                ex = {"name": ex} if isinstance(ex, str) else ex
+                ex["threads"] = int(threads)
+                raw["executor"] = ex
+            raw.setdefault("output", {})["dir"] = str(root / "runs" / p.id)
+            sc = scn.load(raw, (), p.seed, base_dir=spec.base_dir)
+            p.scenario = scn.dump(sc)
+        except ScenarioError as e:
+            problems += [(f"run {p.id}: {path}", msg) for path, msg in e.problems]
+    if problems:
+        raise ScenarioError(problems[:50] + ([("...", f"{len(problems) - 50} more")] if len(problems) > 50 else []))
+    return plans
