@@ -55,10 +55,28 @@ def test_round_latency_and_straggler_share():
     assert lat.loc[1, "busy_median"] == 5 and lat.loc[2, "busy_median"] == 2
     # straggler share: ((10-5) + (10-2)) / 20
     assert M.straggler_share(c, m) == pytest.approx(13 / 20)
-    # after all but the slowest: busy_second = 5 and 2
+    # with three clients the median is the second largest: both references agree here
     assert M.straggler_share(c, m, reference="second") == pytest.approx(13 / 20)
     assert M.straggler_share(c, m, protocol="async") == 0.0
     assert M.straggler_share(c, m, protocol="intervals") == 0.0
+
+
+def test_straggler_share_reference_median_vs_second():
+    """Rounds where the median and the second-largest busy time differ, and one (a deadline
+    round, round time 5) where both exceed the round time: the wait is clipped at 0."""
+    busy = {1: [1, 2, 6, 9], 2: [7, 1, 3, 9, 2], 3: [1, 4, 8, 9]}     # median 4, 3, 6; second 6, 7, 8
+    rows = [{"round": r, "client": i, "selected": True, "compute_time": b - 0.5, "comm_time": 0.5}
+            for r, bs in busy.items() for i, b in enumerate(bs)]
+    rows.append({"round": 1, "client": 9, "selected": False, "compute_time": 50.0, "comm_time": 0.0})
+    c = pd.DataFrame(rows)
+    m = pd.DataFrame({"round": [1, 2, 3], "virtual_time": [10.0, 22.0, 27.0], "round_time": [10.0, 12.0, 5.0]})
+    lat = M.round_latency(c, m).set_index("round")
+    assert list(lat["busy_median"]) == [4.0, 3.0, 6.0] and list(lat["busy_second"]) == [6.0, 7.0, 8.0]
+    assert list(lat["straggler_wait"]) == [6.0, 9.0, 0.0]
+    # median: ((10 - 4) + (12 - 3) + 0) / 27; second: ((10 - 6) + (12 - 7) + 0) / 27
+    assert M.straggler_share(c, m) == pytest.approx(15 / 27)
+    assert M.straggler_share(c, m, reference="median") == pytest.approx(15 / 27)
+    assert M.straggler_share(c, m, reference="second") == pytest.approx(9 / 27)
 
 
 def test_participation_delay_and_heterogeneity():

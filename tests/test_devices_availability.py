@@ -37,12 +37,43 @@ def test_bernoulli_frequencies_within_4_se():
 
 
 def test_bernoulli_label_probabilities_fedawe():
-    labels = np.array([[10, 0, 0, 0], [0, 0, 10, 0], [5, 0, 0, 5]])
+    """FedSUM spec P2 (FedAWE): phi_c ~ U(0, 1) for c = 0..4, U(0, 0.5) for c = 5..9, one
+    vector per run drawn from the group's round-0 stream; p_i = sum_c nu_ic phi_c with nu_i
+    the client's empirical label distribution."""
+    eye = np.eye(10, dtype=int)
+    labels = np.vstack([
+        10 * eye[0],                  # only class 0: p = phi_0
+        3 * eye[7],                   # only class 7: p = phi_7 <= 0.5
+        5 * eye[0] + 5 * eye[9],      # half 0, half 9: (phi_0 + phi_9) / 2
+        np.full(10, 4),               # uniform mix: mean(phi)
+        [1, 2, 3, 4, 0, 0, 6, 0, 3, 1],
+    ])
     model = av.BernoulliAvailability(p="labels")
-    model.bind(np.arange(3), Rngs(), labels)
-    # phi = (U(0,1), U(0,1), U(0,.5), U(0,.5)): p_0 = phi_0, p_1 = phi_2 <= 0.5, p_2 = (phi_0 + phi_3)/2
-    assert 0 <= model.probs[1] <= 0.5
-    assert abs(model.probs[2] - (model.probs[0] + (2 * model.probs[2] - model.probs[0])) / 2) < 1e-12
+    model.bind(np.arange(5), Rngs(seed=5), labels)
+    # the same draws, by hand, from the stream the model uses
+    g = Rngs(seed=5).round(0)
+    phi = np.concatenate([g.uniform(0, 1, 5), g.uniform(0, 0.5, 5)])
+    assert np.all(phi[:5] <= 1) and np.all(phi[5:] <= 0.5)
+    want = [phi[0], phi[7], (phi[0] + phi[9]) / 2, phi.mean(),
+            sum(n * f for n, f in zip([1, 2, 3, 4, 0, 0, 6, 0, 3, 1], phi)) / 20]
+    np.testing.assert_allclose(model.probs, want, rtol=0, atol=1e-12)
+    assert len(set(np.round(model.probs[:5], 9))) == 5           # five different numbers
+    # the probabilities are what the rounds use: the mask is random < p with the round's stream
+    mask = model.online_mask(np.arange(5), 3, 0.0)
+    assert np.array_equal(mask, Rngs(seed=5).round(3).random(5) < np.array(want))
+    # over many seeds (one phi per run): E p = 0.375 for a uniform label mix, E phi_0 = 0.5,
+    # E phi_7 = 0.25, and phi_7 ranges over (0, 0.5) only
+    seeds = 2000
+    p = np.empty((seeds, 3))
+    for s in range(seeds):
+        m = av.BernoulliAvailability(p="labels")
+        m.bind(np.arange(3), Rngs(seed=s), labels[[3, 0, 1]])
+        p[s] = m.probs
+    sd_mix = math.sqrt((5 / 12 + 5 / 48) / 100)                 # sd of the mean of the ten phi
+    assert abs(p[:, 0].mean() - 0.375) < 4 * sd_mix / math.sqrt(seeds)
+    assert abs(p[:, 1].mean() - 0.5) < 4 * math.sqrt(1 / 12 / seeds)
+    assert abs(p[:, 2].mean() - 0.25) < 4 * math.sqrt(1 / 48 / seeds)
+    assert p[:, 2].max() <= 0.5 and p[:, 2].max() > 0.49 and p[:, 1].max() > 0.99
 
 
 def test_sine_frequencies_follow_the_trajectory():

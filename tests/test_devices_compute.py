@@ -9,13 +9,24 @@ import pytest
 from devices import compute as cm
 
 
-def test_fit_float_guard_grid():
+# (delta, tau) of the grid where the float product tau * (delta / tau) exceeds delta
+GUARD_SENSITIVE = [(0.3, 37), (0.7, 35), (3.3, 23), (3.3, 25), (3.3, 41), (3.3, 46), (3.3, 49),
+                   (7, 25), (7, 41), (7, 43)]
+
+
+def test_fit_float_guard_grid(monkeypatch):
     """T-SFL T11: c = delta/tau with d = u = 0 gives exactly tau iterations for every tau, delta."""
-    for delta in (1, 0.3, 0.7, 3.3, 7, 10):
-        for tau in range(1, 50):
-            assert cm.FixedClock(delta / tau).fit(delta) == tau, (delta, tau)
-    # without the guard floor(1 / (1/9)) loses one: the guard is what makes this 9
-    assert math.floor(1 / (1 / 9) * (1 - 1e-16)) in (8, 9)
+    grid = [(delta, tau) for delta in (1, 0.3, 0.7, 3.3, 7, 10) for tau in range(1, 50)]
+    assert [(d, t) for d, t in grid if t * (d / t) > d] == GUARD_SENSITIVE
+    for delta, tau in grid:
+        assert cm.FixedClock(delta / tau).fit(delta) == tau, (delta, tau)
+    # without the guard the clock loses one iteration exactly where time(tau) > delta in floats
+    monkeypatch.setattr(cm, "FIT_EPS", 0.0)
+    unguarded = {(d, t): cm.FixedClock(d / t).fit(d) for d, t in grid}
+    assert {k: v for k, v in unguarded.items() if v != k[1]} == {(d, t): t - 1 for d, t in GUARD_SENSITIVE}
+    # and the guard is relative and tiny: a budget short by 1e-6 of time(tau) still fits tau - 1
+    monkeypatch.undo()
+    assert cm.FixedClock(0.3 / 37).fit(0.3 * (1 - 1e-6)) == 36 and cm.FixedClock(0.1).fit(1.0) == 10
 
 
 def test_fit_with_transfer_budget():

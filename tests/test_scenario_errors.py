@@ -73,8 +73,41 @@ def test_overrides_are_typed():
         emulator.load(tiny(), overrides=["clients.groups[3].name=x"])
 
 
-def test_algorithm_protocol_mismatch_is_named():
-    # every algorithm registered today runs under rounds; a made-up protocol name is an unknown name
+PROTOCOLS = {"rounds": {"name": "rounds", "local_steps": 5},
+             "async": {"name": "async", "local_steps": 5},
+             "intervals": {"name": "intervals", "interval": 1.0}}
+
+
+@pytest.mark.parametrize("algo,protocol,supported", [
+    ("dms", "rounds", "intervals"),                 # the T-SFL rules run only under intervals
+    ("tsfl_optimal", "async", "intervals"),
+    ("fedasync", "rounds", "async"),                # FedAsync only under async
+    ("fedavg", "async", "intervals, rounds"),       # FedAvg under rounds and intervals, not async
+])
+def test_algorithm_protocol_mismatch_is_named(algo, protocol, supported):
+    # not every algorithm runs under every protocol: a registered algorithm under a registered
+    # protocol it does not support is one error, at algorithm.name, naming both and what it supports
+    sc = tiny()
+    sc["algorithm"] = {"name": algo, "lr": 0.1}
+    sc["protocol"] = PROTOCOLS[protocol]
+    with pytest.raises(ScenarioError) as e:
+        emulator.load(sc)
+    assert len(e.value.problems) == 1, e.value.problems
+    path, msg = e.value.problems[0]
+    assert path == "algorithm.name" and "does not run under" in msg, msg
+    assert algo in msg and protocol in msg and msg.endswith(f"it supports: {supported}"), msg
+
+
+@pytest.mark.parametrize("algo,protocol", [("dms", "intervals"), ("fedavg", "intervals"), ("fedasync", "async")])
+def test_algorithm_protocol_pairs_that_are_supported_load(algo, protocol):
+    sc = tiny()
+    sc["algorithm"] = {"name": algo, "lr": 0.1}
+    sc["protocol"] = PROTOCOLS[protocol]
+    loaded = emulator.load(sc)
+    assert (loaded.algorithm.name, loaded.protocol.name) == (algo, protocol)
+
+
+def test_unknown_protocol_is_named():
     sc = tiny()
     sc["protocol"]["name"] = "roundz"
     with pytest.raises(ScenarioError, match="protocol.name: unknown protocol 'roundz'.*did you mean 'rounds'"):
