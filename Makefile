@@ -23,8 +23,11 @@ demo: $(STAMP)
 	$(BIN)/flemu run scenarios/quickstart.yaml --out runs/quickstart
 	$(BIN)/flemu plot runs/quickstart --out runs/quickstart/accuracy_vs_time.png
 
+# two xdist workers x one torch thread each on a 2-core machine (tests/conftest.py sets the
+# threads of every worker and of the subprocesses tests start; OMP_NUM_THREADS here covers
+# imports that happen before conftest)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
 
 clean:
 	rm -rf runs .pytest_cache

@@ -136,10 +136,12 @@ def straggler_share(clients: pd.DataFrame, metrics: pd.DataFrame, reference: str
 
 
 # --------------------------------------------------------------------------- who took part
-def participation_stats(clients: pd.DataFrame) -> dict:
+def participation_stats(clients: pd.DataFrame, protocol: Optional[str] = None) -> dict:
     """Per run: mean participants per aggregation; per-client participation rate (share of
     aggregations it was in, weight > 0): mean, min, max, coefficient of variation; clients
-    never aggregated; mean availability; drop rate (dropped / selected)."""
+    never aggregated; mean availability; drop rate (dropped / selected). Under `async`
+    clients.csv has one row per client job, not per client per merge, so the fleet's
+    availability is not recorded there: `availability_mean` is NaN."""
     if clients is None or clients.empty:
         return {}
     c = clients
@@ -147,26 +149,30 @@ def participation_stats(clients: pd.DataFrame) -> dict:
     agg = c["weight"] > 0
     per_client = agg.groupby(c["client"]).sum() / max(n_rounds, 1)
     sel = c["selected"].astype(bool).sum() if "selected" in c else 0
+    avail = NAN if protocol == "async" or "available" not in c else float(c["available"].astype(bool).mean())
     return {"participants_mean": float(agg.groupby(c["round"]).sum().mean()),
             "participation_rate_mean": float(per_client.mean()),
             "participation_rate_min": float(per_client.min()),
             "participation_rate_max": float(per_client.max()),
             "participation_cv": float(per_client.std(ddof=0) / per_client.mean()) if per_client.mean() > 0 else NAN,
             "never_aggregated": int((per_client == 0).sum()),
-            "availability_mean": float(c["available"].astype(bool).mean()) if "available" in c else NAN,
+            "availability_mean": avail,
             "drop_rate": float(c["dropped"].astype(bool).sum() / sel) if sel else NAN}
 
 
-def delay_stats(clients: pd.DataFrame, num_clients: Optional[int] = None) -> dict:
+def delay_stats(clients: pd.DataFrame, num_clients: Optional[int] = None, rounds=None) -> dict:
     """FedSUM delay metrics from clients.csv (active set of aggregation t: weight > 0):
-    per-round tau, tau_max, tau_avg (emulator.participation.delay_metrics)."""
+    per-round tau, tau_max, tau_avg (emulator.participation.delay_metrics). `rounds`: the
+    aggregations (metrics.csv rounds >= 1; default every round in clients.csv), so rows of
+    work no aggregation used (a lost async job) are not counted as rounds; `num_clients`:
+    the fleet size (default: the largest client id + 1)."""
     from emulator.participation import delay_metrics
     if clients is None or clients.empty:
         return {"tau": np.zeros(0, int), "tau_max": 0, "tau_avg": 0.0}
     n = num_clients or int(clients["client"].max()) + 1
-    rounds = sorted(clients["round"].unique())
-    active = [clients.loc[(clients["round"] == r) & (clients["weight"] > 0), "client"].to_numpy() for r in rounds]
-    d = delay_metrics(active, n)
+    rounds = sorted(clients["round"].unique()) if rounds is None else list(rounds)
+    act = clients[clients["weight"] > 0].groupby("round")["client"].apply(np.asarray)
+    d = delay_metrics([act.get(r, np.zeros(0, np.int64)) for r in rounds], n)
     return {"tau": d["tau"], "tau_max": d["tau_max"], "tau_avg": d["tau_avg"]}
 
 
@@ -276,8 +282,9 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
             row.update(compute_s=float(lat["compute"].mean()), comm_s=float(lat["comm"].mean()),
                        waiting_s=float(lat["waiting"].mean()), round_time_s=float(lat["round_time"].mean()))
             row["straggler_share"] = straggler_share(c, m, protocol=proto)
-            row.update(participation_stats(c))
-            d = delay_stats(c)
+            row.update(participation_stats(c, proto))
+            count = ((run.config or {}).get("clients") or {}).get("count")
+            d = delay_stats(c, count, sorted(int(r) for r in m["round"].unique() if r >= 1) if len(m) else None)
             row["tau_max"], row["tau_avg"] = d["tau_max"], d["tau_avg"]
         row["heterogeneity"] = heterogeneity(m, c if len(c) else None)
         rows.append(row)

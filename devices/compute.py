@@ -33,6 +33,11 @@ class StepClock:
         """max{k <= limit : time(k) <= budget * (1 + 1e-9)}."""
         raise NotImplementedError
 
+    def min_step(self, k: int) -> float:
+        """A lower bound on each of the first k steps' times, from what this clock realised
+        (so k x min_step(k) <= time(k): the post-run invariant "steps fit in the compute time")."""
+        raise NotImplementedError
+
 
 class FixedClock(StepClock):
     """Every step takes `step` seconds (inf: not even one step)."""
@@ -59,6 +64,9 @@ class FixedClock(StepClock):
         while self.time(k + 1) <= budget * (1 + FIT_EPS) and k < limit:
             k += 1
         return min(k, limit)
+
+    def min_step(self, k):
+        return self.step
 
 
 class DrawClock(StepClock):
@@ -89,6 +97,12 @@ class DrawClock(StepClock):
                 break
             k += 1
         return k
+
+    def min_step(self, k):
+        if k <= 0:
+            return 0.0
+        self._extend(k)
+        return float(np.min(np.diff(self._cum[:k + 1])))
 
 
 class RateClock(StepClock):
@@ -128,6 +142,9 @@ class RateClock(StepClock):
             i += 1
         return int(min(limit, math.floor(done + 1e-9)))
 
+    def min_step(self, k):
+        return min(self.steps[self._piece(self.now):])
+
 
 # ----------------------------------------------------------------------------- models
 @dataclass
@@ -148,10 +165,6 @@ class ComputeModel:
     def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
         return self.clock(client, round_, rng, now, work).time(steps)
 
-    def min_step_time(self) -> float:
-        """A lower bound on one step's time (for the post-run invariant check)."""
-        return 0.0
-
 
 @dataclass
 class ConstantCompute(ComputeModel):
@@ -166,9 +179,6 @@ class ConstantCompute(ComputeModel):
 
     def clock(self, client, round_, rng, now=0.0, work=None):
         return FixedClock(self.step_time)
-
-    def min_step_time(self):
-        return self.step_time
 
 
 @dataclass
@@ -239,9 +249,6 @@ class NormalCompute(RandomStepTime):
                 break
         return out[0] if size is None else out
 
-    def min_step_time(self):
-        return self.floor
-
 
 @dataclass
 class UniformCompute(RandomStepTime):
@@ -253,9 +260,6 @@ class UniformCompute(RandomStepTime):
 
     def draw(self, rng, size=None):
         return rng.uniform(self.low, self.high, size)
-
-    def min_step_time(self):
-        return self.low
 
 
 @dataclass
@@ -314,9 +318,6 @@ class FlopsCompute(ComputeModel):
         if work is None or work.flops_per_step <= 0:
             raise ValueError("the flops compute model needs the model's FLOPs per step")
         return FixedClock(work.flops_per_step / (self.gflops * 1e9))
-
-    def min_step_time(self):
-        return 0.0
 
 
 #: Illustrative effective training throughputs (GFLOP/s actually sustained on small CNNs,

@@ -11,39 +11,77 @@ from .errors import InvariantError
 def check(world, metrics, clients) -> list:
     """Raise InvariantError listing every violation; return the names of the checks run."""
     bad, ran = [], []
+    rec = world.recorder
 
     # virtual time never goes back
     ran.append("time_monotone")
     if len(metrics) and (np.diff(metrics["virtual_time"].to_numpy()) < -1e-12).any():
         bad.append("virtual_time decreases between aggregations")
 
+    # one aggregation log per (round, model), each with its metrics row and vice versa;
+    # every model was trained (its aggregations are recorded); work that no aggregation
+    # used (a lost async job) is not an aggregation
+    ran.append("aggregations")
+    seen = {}
+    for log in rec.aggregations():
+        key = (log.round, log.task)
+        if key in seen:
+            bad.append(f"round {log.round} of model {log.task} is recorded as two aggregations")
+            break
+        seen[key] = log
+    if len(metrics):
+        rows = {(int(r), int(m)) for r, m in zip(metrics["round"], metrics["model"]) if r >= 1}
+        if rows != set(seen):
+            extra = sorted(set(seen) - rows)[:3]
+            missing = sorted(rows - set(seen))[:3]
+            bad.append(f"aggregations recorded in clients.csv {extra} without a metrics row, "
+                       f"metrics rows {missing} without their clients")
+    if world.rounds_done > 0:
+        for task in world.tasks:
+            if not any(log.task == task.index for log in rec.aggregations()):
+                bad.append(f"model {task.index} ({task.path}) was never aggregated")
+    for log in rec.rounds:
+        ids = log.clients()
+        if len(np.unique(ids)) != len(ids):
+            bad.append(f"round {log.round}: a client has two rows")
+            break
+    if "job" in clients:
+        jobs = clients[clients["job"] > 0]
+        if jobs.duplicated(["client", "job"]).any():
+            bad.append("a client job is recorded twice")
+
     # aggregation weights sum to the rule's documented total; dropped clients weigh 0
     ran.append("weights")
-    for log in world.recorder.rounds:
+    for log in rec.rounds:
         algo = world.tasks[log.task].algorithm
         wts = log.weight
         if (wts[log.dropped] != 0).any():
             bad.append(f"round {log.round}: a dropped client has a non-zero weight")
+        if not log.aggregation and (wts != 0).any():
+            bad.append(f"round {log.round}: work no aggregation used has a weight")
         total = algo.weights_total
         if total is not None and (wts != 0).any() and abs(wts.sum() - total) > 1e-6:
             bad.append(f"round {log.round}: weights sum to {wts.sum():.9g}, expected {total}")
 
-    # each client's steps fit in its compute time
+    # each client's steps fit in its compute time: every step takes at least the shortest
+    # step its realised clock drew (a constant or FLOP-based step time exactly; the draws of
+    # a random one; the slowest piece of a trace)
     ran.append("steps_fit")
-    for log in world.recorder.rounds:
-        st, ct = log.steps, log.compute_time
+    for log in rec.rounds:
+        ct = log.compute_time
         if (ct < -1e-12).any() or not np.isfinite(ct).all():
             bad.append(f"round {log.round}: negative or non-finite compute_time")
-        for cid in np.flatnonzero(st > 0):
-            lo = st[cid] * world.clients[cid].compute.min_step_time()
-            if ct[cid] + 1e-9 * max(1.0, lo) < lo:
-                bad.append(f"round {log.round} client {cid}: {st[cid]} steps in {ct[cid]:.6g}s < {lo:.6g}s")
-                break
+        short = ct + 1e-9 * np.maximum(1.0, log.min_compute) < log.min_compute
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            bad.append(f"round {log.round} client {int(log.clients()[i])}: {log.steps[i]} steps in "
+                       f"{ct[i]:.6g}s < {log.min_compute[i]:.6g}s")
+            break
 
     # bytes = parameters x bytes_per_param + overhead, and metrics agree with clients.csv
     ran.append("bytes")
     net = world.network
-    for log in world.recorder.rounds:
+    for log in rec.rounds:
         for numel, nb, direction in log.messages:
             if nb != net.message_bytes(numel, direction):
                 bad.append(f"round {log.round}: a message of {numel} parameters counted as {nb} bytes")
@@ -53,7 +91,7 @@ def check(world, metrics, clients) -> list:
             bad.append(f"round {log.round}: bytes recorded per client do not add up to the messages sent")
     if len(metrics) and "bytes_up" in metrics:
         per_round = {}
-        for log in world.recorder.rounds:
+        for log in rec.aggregations():
             per_round[(log.round, log.task)] = int(log.bytes_up.sum())
         for r in metrics.itertuples():
             key = (int(r.round), int(getattr(r, "model", 0)))
@@ -63,12 +101,27 @@ def check(world, metrics, clients) -> list:
 
     # communication takes at least the links' latency
     ran.append("comm_latency")
-    for log in world.recorder.rounds:
-        for cid in np.flatnonzero(log.bytes_up > 0):
-            lat = getattr(world.clients[cid].link, "latency", 0.0)
-            if log.comm_time[cid] + 1e-9 < 2 * lat:
-                bad.append(f"round {log.round} client {cid}: comm_time {log.comm_time[cid]:.6g}s < 2 x latency")
+    for log in rec.rounds:
+        ids = log.clients()
+        for i in np.flatnonzero(log.bytes_up > 0):
+            lat = getattr(world.clients[int(ids[i])].link, "latency", 0.0)
+            if log.comm_time[i] + 1e-9 < 2 * lat:
+                bad.append(f"round {log.round} client {int(ids[i])}: comm_time {log.comm_time[i]:.6g}s < 2 x latency")
                 break
+
+    # the delay metrics in metrics.csv are the ones clients.csv gives (fedsum.md 2.1)
+    ran.append("delay")
+    if len(metrics) and "tau" in metrics and len(clients) and not rec.participants_only:
+        from .participation import delay_metrics
+        for task in world.tasks:
+            m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
+            c = clients if "model" not in clients else clients[clients["model"] == task.index]
+            act = c[c["weight"] > 0].groupby("round")["client"].apply(np.asarray)
+            rounds = m["round"].astype(int).tolist()
+            d = delay_metrics([act.get(r, np.zeros(0, np.int64)) for r in rounds], world.num_clients)
+            if not np.array_equal(d["tau"], m["tau"].to_numpy()):
+                bad.append(f"model {task.index}: metrics.csv tau {m['tau'].to_numpy()[:6]}... differs from the "
+                           f"delay clients.csv gives {d['tau'][:6]}...")
 
     # gradient steps: never more computed than the fleet performed in virtual time
     ran.append("grad_steps")

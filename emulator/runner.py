@@ -64,10 +64,15 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
         return out, last_aggregated
     metrics["tau"] = np.nan
     for task in world.tasks:
-        logs = [log for log in world.recorder.rounds if log.task == task.index]
-        d = delay_metrics([log.weight > 0 for log in logs], world.num_clients)
+        logs = world.recorder.aggregations(task.index)          # work no aggregation used does not count
+        d = delay_metrics([log.clients()[log.weight > 0] for log in logs], world.num_clients)
+        pos = {(int(r), int(m)): i for i, (r, m) in enumerate(zip(metrics["round"], metrics["model"]))}
+        col = metrics["tau"].to_numpy(copy=True)
         for log, tau in zip(logs, d["tau"]):
-            metrics.loc[(metrics["round"] == log.round) & (metrics["model"] == task.index), "tau"] = int(tau)
+            i = pos.get((log.round, task.index))
+            if i is not None:
+                col[i] = int(tau)
+        metrics["tau"] = col
         out[str(task.index)] = {"tau_max": d["tau_max"], "tau_avg": d["tau_avg"],
                                 "never_aggregated": int((d["last_selected"] < 0).sum())}
         rounds = np.array([0] + [log.round for log in logs], dtype=np.int64)
@@ -117,6 +122,7 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "bytes_up": int(metrics["bytes_up"].sum()) if len(metrics) else 0,
         "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
         "invariants_checked": checks,
+        **world.client_state_summary(),
     }
     models = []
     for task in world.tasks:
@@ -161,8 +167,11 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
         if world.recorder.events is not None:
             world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
         for task in world.tasks:
-            name = "model.npy" if len(world.tasks) == 1 else f"model_{task.index}.npy"
-            np.save(tmp / name, world.last_good[task.index].detach().cpu().float().numpy())
+            suffix = "" if len(world.tasks) == 1 else f"_{task.index}"
+            params, buffers = world.last_good[task.index]
+            np.save(tmp / f"model{suffix}.npy", params.detach().cpu().float().numpy())
+            if buffers is not None:     # BatchNorm running statistics (compute/flat.py order)
+                np.save(tmp / f"buffers{suffix}.npy", buffers.detach().cpu().float().numpy())
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))
         old = None
         if out_dir.exists():

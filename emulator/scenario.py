@@ -172,6 +172,7 @@ def schema() -> type:
         """Where and what the run writes."""
         dir: Optional[str] = Field(None, description="run directory (default runs/<name>)")
         clients_csv: Literal["all", "participants"] = Field("all", description="rows for every client each round, or only for the selected ones")
+        events: bool = Field(False, description="also write events.csv: every client state transition (time, client, state, round, detail)")
 
     class Scenario(Params):
         """A flemu scenario."""
@@ -189,19 +190,9 @@ def schema() -> type:
         output: Output = Field(default_factory=Output)
 
         @model_validator(mode="after")
-        def _cross(self):
+        def _one_workload_key(self):
             if (self.workload is None) == (self.workloads is None):
                 raise ValueError("give exactly one of `workload` (one model) or `workloads` (a list, multi-model)")
-            topo = self.network.topology
-            if topo is not None:
-                groups = {g.name for g in self.clients.groups}
-                unknown = sorted(set(topo.attach) - groups)
-                if unknown:
-                    raise ValueError(f"network.topology.attach names unknown groups {unknown}; groups are {sorted(groups)}")
-            algo = registry.get("algorithm", self.algorithm.name).factory
-            if self.protocol.name not in algo.supports:
-                raise ValueError(f"algorithm {self.algorithm.name} does not run under protocol "
-                                 f"{self.protocol.name}; it supports: {', '.join(sorted(algo.supports))}")
             return self
 
         @property
@@ -303,6 +294,9 @@ def read_yaml(path) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', e)}")], source=str(path))
+    if raw is None:
+        raise ScenarioError([("", "the file is empty; a scenario is a YAML mapping (name, workload, clients, "
+                                  "protocol, algorithm, run)")], source=str(path))
     if not isinstance(raw, dict):
         raise ScenarioError([("", f"a scenario is a YAML mapping, got {type(raw).__name__}")], source=str(path))
     return raw
@@ -321,6 +315,9 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
     elif isinstance(source, str) and "\n" in source:
         raw = yaml.safe_load(source)
         src = None
+        if not isinstance(raw, dict):
+            raise ScenarioError([("", "the scenario text is empty" if raw is None else
+                                  f"a scenario is a YAML mapping, got {type(raw).__name__}")])
     else:
         raw = read_yaml(source)
         src = str(source)
@@ -333,9 +330,50 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
     if seed is not None:
         raw["seed"] = int(seed)
     try:
-        return S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None})
+        sc = S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None})
     except ValidationError as e:
         raise ScenarioError(explain(e, raw, S), source=src) from None
+    problems = cross_check(sc)
+    if problems:
+        raise ScenarioError(problems, source=src)
+    return sc
+
+
+def cross_check(sc) -> list:
+    """Checks across blocks, each located at the YAML path of the field to change:
+    the algorithm runs under the protocol, several workloads only under a multi-model
+    protocol, selection and wait counts within the fleet, topology attachments name groups."""
+    problems = []
+    algo = registry.get("algorithm", sc.algorithm.name).factory
+    proto = sc.protocol.name
+    if proto not in algo.supports:
+        problems.append(("algorithm.name", f"algorithm {sc.algorithm.name!r} does not run under protocol.name "
+                                           f"{proto!r}; it supports: {', '.join(sorted(algo.supports))}"))
+    if sc.workloads is not None and not getattr(registry.get("protocol", proto).factory, "multi_model", False):
+        multi = sorted(n for n, e in registry.table("protocol").items() if getattr(e.factory, "multi_model", False))
+        allowed = f"protocols that train several models: {', '.join(multi)}" if multi else \
+            "no protocol trains several models yet"
+        problems.append(("workloads", f"{len(sc.workloads)} workloads given, but protocol.name {proto!r} trains one "
+                                      f"model (use `workload:`); {allowed}"))
+    n = sc.clients.count
+    sel = getattr(sc.protocol, "select", None)
+    k = getattr(sel, "k", None)
+    if k is not None and k > n:
+        problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
+    p = getattr(sel, "p", None)
+    if isinstance(p, list) and len(p) != n:
+        problems.append(("protocol.select.p", f"{len(p)} probabilities for clients.count = {n} clients"))
+    wait = getattr(sc.protocol, "wait", None)
+    wk = getattr(wait, "k", None)
+    if wk is not None and wk > n:
+        problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
+    topo = sc.network.topology
+    if topo is not None:
+        groups = {g.name for g in sc.clients.groups}
+        unknown = sorted(set(topo.attach) - groups)
+        if unknown:
+            problems.append(("network.topology.attach", f"names unknown groups {unknown}; groups are {sorted(groups)}"))
+    return problems
 
 
 def dump(sc: BaseModel) -> dict:

@@ -1,9 +1,24 @@
-"""Shared helpers: small scenarios that run in well under a second."""
+"""Shared helpers: small scenarios that run in well under a second.
+
+Threads: torch threads x xdist workers must not exceed the cores (2 on CI), or the suite
+slows several-fold. Each worker gets cores // workers threads, and so does every subprocess
+a test starts (`flemu` commands, sweep workers), through OMP_NUM_THREADS / MKL_NUM_THREADS,
+set here before torch is imported.
+"""
 from __future__ import annotations
 
 import copy
+import os
 
-import pytest
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+THREADS = max(1, (os.cpu_count() or 1) // _workers)
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(THREADS)
 
 
 def tiny(**over) -> dict:

@@ -20,18 +20,20 @@ def flemu(*args, **kw):
 @pytest.mark.slow
 def test_quickstart_cli(tmp_path):
     out = tmp_path / "qs"
-    r = flemu("run", "scenarios/quickstart.yaml", "--out", str(out), "-q")
+    # 16 of the quickstart's 60 rounds (`make demo` runs them all): README promises 85 % in
+    # about 13 rounds
+    r = flemu("run", "scenarios/quickstart.yaml", "--out", str(out), "-q", "--set", "run.rounds=16")
     assert r.returncode == 0, r.stderr
     for f in ("config.yaml", "metrics.csv", "clients.csv", "summary.json", "model.npy", "partition.csv"):
         assert (out / f).exists(), f
     s = json.loads((out / "summary.json").read_text())
-    assert s["status"] == "complete" and s["rounds"] == 60
+    assert s["status"] == "complete" and s["rounds"] == 16
     assert s["best_test_acc"] >= 0.85 and s["final_test_acc"] >= 0.85
-    assert s["reached_target"]["virtual_time"] > 0
+    assert s["reached_target"]["round"] <= 16 and s["reached_target"]["virtual_time"] > 0
     c = pd.read_csv(out / "clients.csv")
     assert list(c.columns[:11]) == ["round", "client", "available", "selected", "steps", "compute_time",
                                     "comm_time", "dropped", "weight", "bytes_up", "bytes_down"]
-    assert len(c) == 60 * 20 and (c.groupby("round")["selected"].sum() == 5).all()
+    assert len(c) == 16 * 20 and (c.groupby("round")["selected"].sum() == 5).all()
     m = pd.read_csv(out / "metrics.csv")
     assert {"round", "virtual_time", "wall_time", "test_acc", "test_loss", "train_loss", "participants",
             "bytes_up", "bytes_down"} <= set(m.columns)

@@ -5,6 +5,11 @@ how a client trains, what the client sends up (and keeps), how the server aggreg
 It knows nothing of virtual time; the protocol decides when each verb is called and how
 many local steps a client completes. Values it hands out may be lazy (`compute.lazy`):
 a client's upload is typically a function of a training job that has not run yet.
+
+Message sizes are declared once, per direction (`down_vectors`, `up_vectors`: how many
+model-sized vectors one message carries); `message_numel` turns them into parameters,
+which give transfer times and bytes. The protocol checks every resolved message against
+the declaration. Per-client state lives in `ctx.states` (algorithms/state.py).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import numpy as np
 import torch
 
 from ..compute.jobs import JobFuture, LocalSpec
+from .state import ClientStates
 
 
 @dataclass
@@ -25,28 +31,28 @@ class AlgoContext:
     client_sizes: np.ndarray     # training samples per client
     x0: torch.Tensor             # initial global parameters (flat)
     rng: np.random.Generator     # the `algorithm` stream
-    lr_scale: float = 1.0
+    states: Optional[ClientStates] = None   # per-client state store (created if not given)
+
+    def __post_init__(self):
+        if self.states is None:
+            self.states = ClientStates(self.num_clients, self.dim, self.x0.device, self.x0.dtype)
 
 
 @dataclass
 class Broadcast:
-    """What the server sends down in round t: vectors (their size gives download bytes)."""
+    """What the server sends down in round t: vectors (their size is declared by the
+    algorithm's `down_vectors`)."""
 
     vectors: list
     round: int
-    numel: int = field(init=False)      # counted once: every recipient's download size
-
-    def __post_init__(self):
-        self.numel = int(sum(v.numel() for v in self.vectors))
 
 
 @dataclass
 class Upload:
-    """What a client sends up: vectors (possibly lazy) and their total size, known before
-    anything is computed (it sets the upload time)."""
+    """What a client sends up: vectors (possibly lazy; their size is declared by the
+    algorithm's `up_vectors`, known before anything is computed: it sets the upload time)."""
 
     vectors: list
-    numel: int
     result: Optional[JobFuture] = None
     meta: dict = field(default_factory=dict)
 
@@ -64,20 +70,34 @@ class Arrival:
     meta: dict = field(default_factory=dict)
 
 
+@dataclass
+class Aggregation:
+    """What one aggregation did: each client's weight (its share of the new model; 0 for a
+    client whose upload was not used), per-client values for clients.csv
+    ({column: {client: value}}) and per-aggregation values for metrics.csv ({column: value})."""
+
+    weights: dict = field(default_factory=dict)
+    client_cols: dict = field(default_factory=dict)
+    round_cols: dict = field(default_factory=dict)
+
+
 class Algorithm:
     name = "?"
     supports: frozenset = frozenset({"rounds"})
     #: the documented total of one aggregation's weights (None: not a weighted mean)
     weights_total: Optional[float] = 1.0
-    #: per-client values of the last aggregation for clients.csv ({column: {client: value}})
-    client_info: Optional[dict] = None
-    #: per-aggregation values of the last aggregation for metrics.csv ({column: value})
-    round_info: Optional[dict] = None
+    #: model-sized vectors in one message, per direction (fedsum.md 3.5)
+    down_vectors: int = 1
+    up_vectors: int = 1
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
         self.ctx = ctx
         self.x = ctx.x0.clone()
+
+    @property
+    def states(self) -> ClientStates:
+        return self.ctx.states
 
     # -- the four verbs ----------------------------------------------------------
     def broadcast(self, t: int) -> Broadcast:
@@ -95,13 +115,13 @@ class Algorithm:
         resolved, so their training is never computed (DESIGN.md: laziness)."""
         return [a.client for a in arrivals]
 
-    def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> dict:
-        """Update the server state from `arrivals`; return {client: weight}."""
+    def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> Aggregation:
+        """Update the server state from `arrivals`."""
         raise NotImplementedError
 
-    def upload_numel(self) -> int:
-        """Parameters a client uploads (known before anything is computed)."""
-        return self.ctx.dim
+    def message_numel(self, direction: str) -> int:
+        """Parameters in one message ('down' or 'up'), known before anything is computed."""
+        return self.ctx.dim * (self.down_vectors if direction == "down" else self.up_vectors)
 
     # -- reading the server state --------------------------------------------------
     def global_params(self) -> torch.Tensor:
@@ -109,7 +129,7 @@ class Algorithm:
 
     def lr(self, t: int) -> float:
         """Local learning rate of round t (1-based): lr * lr_decay^(t-1)."""
-        return self.p.lr * self.ctx.lr_scale * (getattr(self.p, "lr_decay", 1.0) ** max(t - 1, 0))
+        return self.p.lr * (getattr(self.p, "lr_decay", 1.0) ** max(t - 1, 0))
 
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Algorithm, Broadcast, Upload
+from .base import Aggregation, Algorithm, Broadcast, Upload
 
 
 def staleness_weight(k: float, function: str, a: float = 0.5, b: float = 4.0) -> float:
@@ -75,19 +75,19 @@ class FedAsync(Algorithm):
         return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr, prox_mu=self.p.prox_rho))
 
     def upload(self, client, t, result):
-        return Upload([result.params], numel=self.ctx.dim, result=result)
+        return Upload([result.params], result=result)
 
     def aggregate(self, t, arrivals):
-        weights = {}
+        weights, staleness = {}, None
         for a in sorted(arrivals, key=lambda a: a.client):
             k = self.version - a.round + self.p.staleness_offset         # updates since the download
             s = staleness_weight(k, self.p.staleness.function, self.p.staleness.a, self.p.staleness.b)
             self._buffer.append((a, s))
             weights[a.client] = self.p.alpha * s
-            self.round_info = {"staleness": k}
+            staleness = k
             if len(self._buffer) >= self.p.buffer:
                 self._apply()
-        return weights
+        return Aggregation(weights, round_cols={} if staleness is None else {"staleness": staleness})
 
     def _apply(self):
         K = len(self._buffer)

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Algorithm, Upload, sample_weights, weighted_sum
+from .base import Aggregation, Algorithm, Upload, sample_weights, weighted_sum
 
 
 class FedAvgParams(Params):
@@ -42,15 +42,15 @@ class FedAvg(Algorithm):
 
     def upload(self, client, t, result):
         # Alg. 1 ClientUpdate: "return w to server"
-        return Upload([result.params], numel=self.ctx.dim, result=result)
+        return Upload([result.params], result=result)
 
     def aggregate(self, t, arrivals):
         if not arrivals:
-            return {}
+            return Aggregation()
         p = sample_weights(arrivals, self.p.weighting)              # n_k / m_t
         avg = weighted_sum([a.vectors[0] for a in arrivals], p)     # sum_k (n_k/m_t) w^k_{t+1}
         self.x = self.x + self.p.server_lr * (avg - self.x)         # eta_g = 1: w_{t+1} = avg
-        return {a.client: float(w) for a, w in zip(arrivals, p)}
+        return Aggregation({a.client: float(w) for a, w in zip(arrivals, p)})
 
 
 register("algorithm", "fedavg", FedAvgParams,

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Algorithm, Upload, weighted_sum
+from .base import Aggregation, Algorithm, Upload, weighted_sum
 
 
 # ----------------------------------------------------------------------------- the math
@@ -130,7 +130,7 @@ class _IntervalRule(Algorithm):
     def upload(self, client, t, result):
         # the probe scalars (tsfl.md 3.4) ride along with the model: "a few bytes", not counted
         meta = {"probe": result.probe} if self.wants_probe() else {}
-        return Upload([result.params], numel=self.ctx.dim, result=result, meta=meta)
+        return Upload([result.params], result=result, meta=meta)
 
 
 class FedAsyncInterval(_IntervalRule):
@@ -148,10 +148,10 @@ class FedAsyncInterval(_IntervalRule):
 
     def aggregate(self, t, arrivals):
         if not arrivals:                                   # tsfl.md A5: keep w^t
-            return {}
+            return Aggregation()
         mean = torch.stack([a.vectors[0] for a in arrivals]).mean(0)
         self.x = self.p.gamma * self.x + (1 - self.p.gamma) * mean     # T-SFL fn. 2
-        return {a.client: (1 - self.p.gamma) / len(arrivals) for a in arrivals}
+        return Aggregation({a.client: (1 - self.p.gamma) / len(arrivals) for a in arrivals})
 
 
 class TsflOptimal(_IntervalRule):
@@ -210,8 +210,7 @@ class TsflOptimal(_IntervalRule):
 
     def aggregate(self, t, arrivals):
         if not arrivals:
-            self.round_info = {"survivors": 0}
-            return {}
+            return Aggregation(round_cols={"survivors": 0})
         arrivals = sorted(arrivals, key=lambda a: a.client)
         tau = np.array([a.meta["tau"] for a in arrivals], np.int64)
         self.update_constants(arrivals)
@@ -219,8 +218,8 @@ class TsflOptimal(_IntervalRule):
         s = self.slope(tau, tau, len(tau), H)
         rho = self.weights(tau, s)
         self.x = weighted_sum([a.vectors[0] for a in arrivals], rho)
-        self.round_info = {"H": H, "slope": s, "survivors": len(arrivals), **self.constants_info()}
-        return {a.client: float(r) for a, r in zip(arrivals, rho)}
+        return Aggregation({a.client: float(r) for a, r in zip(arrivals, rho)},
+                           round_cols={"H": H, "slope": s, "survivors": len(arrivals), **self.constants_info()})
 
 
 class DMS(TsflOptimal):
@@ -243,23 +242,21 @@ class DMS(TsflOptimal):
 
     def aggregate(self, t, arrivals):
         if not arrivals:                                          # D1: U empty -> w^{t+1} = w^t
-            self.round_info, self.client_info = {"survivors": 0}, None
-            return {}
+            return Aggregation(round_cols={"survivors": 0})
         ids, tau, K, H, P, beta = self._filter
         by_id = {a.client: a for a in arrivals}
         self.update_constants(arrivals)
-        self.client_info = {"dms_p": dict(zip(ids, P.tolist())), "dms_beta": dict(zip(ids, beta.astype(int).tolist()))}
+        info = {"dms_p": dict(zip(ids, P.tolist())), "dms_beta": dict(zip(ids, beta.astype(int).tolist()))}
         S = np.flatnonzero(beta)
         if len(S) == 0:                                           # only possible with exclude
-            self.round_info = {"K": K, "H": H, "survivors": 0}
-            return {c: 0.0 for c in ids}
+            return Aggregation({c: 0.0 for c in ids}, info, {"K": K, "H": H, "survivors": 0})
         s = self.slope(tau, tau[S], len(ids), H)                  # D6 Eq.(6), H from D1, N = n_U (A9)
         rho_S = self.weights(tau[S], s)                           # D7 (L4, Eq.(10))
         self.x = weighted_sum([by_id[ids[i]].vectors[0] for i in S], rho_S)   # D8
         rho = np.zeros(len(ids))
         rho[S] = rho_S
-        self.round_info = {"K": K, "H": H, "slope": s, "survivors": int(len(S)), **self.constants_info()}
-        return {c: float(r) for c, r in zip(ids, rho)}
+        return Aggregation({c: float(r) for c, r in zip(ids, rho)}, info,
+                           {"K": K, "H": H, "slope": s, "survivors": int(len(S)), **self.constants_info()})
 
 
 register("algorithm", "dms", DmsParams,

@@ -14,7 +14,8 @@ It computes exactly what `SequentialExecutor` computes (same batches, same updat
   per-row scalars; prox anchors and correction vectors are stacked like the parameters.
 
 Probe jobs (one step plus two extra gradients) and single-job groups take the sequential
-path. `chunk` bounds how many jobs one vmap stacks (memory grows with chunk x batch).
+path. Models with BatchNorm buffers are refused (`batched`) or run sequentially (`auto`):
+the running statistics each job updates in place do not stack under `vmap`. `chunk` bounds how many jobs one vmap stacks (memory grows with chunk x batch).
 Indices of every step are built on the host once per chunk and copied to the device in
 one transfer; data stay on the device.
 """
@@ -47,10 +48,7 @@ def _stacked_grad(net):
     module, names, shapes, numels, kind = net.module, net.names, net.shapes, net.numels, net.loss
 
     def loss(w, x, y, wt):
-        views, o = {}, 0
-        for n, s, k in zip(names, shapes, numels):
-            views[n] = w[o:o + k].reshape(s)
-            o += k
+        views = {n: piece.reshape(s) for n, s, piece in zip(names, shapes, torch.split(w, numels))}
         out = functional_call(module, views, (x,))
         if kind == "direct":   # the model returns per-sample losses
             per = out.reshape(out.shape[0], -1).mean(1) if out.dim() > 1 else out
@@ -69,6 +67,12 @@ class BatchedExecutor(SequentialExecutor):
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
         self.chunk = getattr(params, "chunk", None) or BatchedParams.model_fields["chunk"].default
+        if self.name == "batched":
+            stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
+            if stateful:
+                from ..errors import ScenarioError
+                raise ScenarioError([("executor.name", f"the batched executor cannot stack models with BatchNorm "
+                                      f"buffers (model {stateful[0]} has them); use sequential or auto")])
         self._grad_fns = {}
         self._rows_host = {}
 
@@ -227,6 +231,8 @@ class AutoExecutor(BatchedExecutor):
     def use_batched(self, futs) -> bool:
         job = futs[0].job
         td = self.tasks[job.task]
+        if td.net.has_buffers:                   # BatchNorm: always the sequential loop
+            return False
         if job.task not in self._macs:
             from ..workloads.models import forward_macs      # runs in the module's dtype and device
             self._macs[job.task] = max(forward_macs(td.net.module, tuple(td.x.shape[1:])), td.net.dim)

@@ -143,6 +143,7 @@ class SequentialExecutor(Executor):
         if rule.prox_mu:
             anchor = w.clone() if spec.anchor is None else force(spec.anchor).detach()
         corr = None if spec.correction is None else force(spec.correction).detach()
+        bufs = None if spec.buffers is None else force(spec.buffers).detach().to(self.device).clone()
         rows = self.job_rows(job)
         plan = self.plan(job)
         buf = None
@@ -158,7 +159,7 @@ class SequentialExecutor(Executor):
                 idx = rows[torch.from_numpy(b).to(rows.device)]
                 xb, yb = td.x[idx], td.y[idx]
             w.requires_grad_(True)
-            loss = td.net.batch_loss(w, xb, yb)
+            loss = td.net.batch_loss(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
             (g,) = torch.autograd.grad(loss, w)
             w = w.detach()
             self.stats.grad_evals += 1
@@ -166,26 +167,28 @@ class SequentialExecutor(Executor):
             if gsum is not None:
                 gsum += g
             if h == 0 and spec.probe:
-                probe = self._probe(td, job, rows, w, g, xb, yb, rule.lr_at(0))
+                probe = self._probe(td, job, rows, w, g, xb, yb, rule.lr_at(0), spec.buffers)
             w, buf = sgd_update(w, g, buf, rule, h, anchor, corr)
         n = len(plan)
         return TrainResult(params=w, steps=n,
                            loss_mean=float(lsum) / n if n else float("nan"),
                            grad_mean=(gsum / n if (gsum is not None and n) else gsum),
-                           probe=probe if (spec.probe and n) else None)
+                           probe=probe if (spec.probe and n) else None, buffers=bufs)
 
-    def _probe(self, td, job, rows, w, ga, xa, ya, lr) -> dict:
+    def _probe(self, td, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
         """tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
         idx = rows[torch.from_numpy(self.probe_batch(job)).to(rows.device)]
-        gb = self._grad(td, w, td.x[idx], td.y[idx])
-        gc = self._grad(td, w - lr * ga, xa, ya)
+        gb = self._grad(td, w, td.x[idx], td.y[idx], buffers)
+        gc = self._grad(td, w - lr * ga, xa, ya, buffers)
         self.stats.probe_evals += 2
         return {**probe_estimates(ga, gb, gc, lr), "batch": int(len(ya))}   # batch: for sigma2_unit
 
     @staticmethod
-    def _grad(td, w, xb, yb):
+    def _grad(td, w, xb, yb, buffers=None):
+        """A gradient on the side (probes): BatchNorm statistics are updated on a throwaway copy."""
         w = w.detach().requires_grad_(True)
-        (g,) = torch.autograd.grad(td.net.batch_loss(w, xb, yb), w)
+        bufs = None if buffers is None else force(buffers).detach().clone()
+        (g,) = torch.autograd.grad(td.net.batch_loss(w, xb, yb, bufs), w)
         return g
 
 

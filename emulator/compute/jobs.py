@@ -53,6 +53,8 @@ class LocalSpec:
     correction: Optional[Vector] = None    # added to every gradient (SCAFFOLD / FedSUM)
     want_grad_mean: bool = False           # also return the mean raw gradient
     probe: bool = False                    # also return gradient probes (tsfl.md 3.4)
+    buffers: Optional[Vector] = None       # BatchNorm running statistics at the start (set by the
+                                           # protocol for models with buffers; compute/flat.py)
 
 
 @dataclass(eq=False)
@@ -75,6 +77,7 @@ class TrainResult:
     loss_mean: float            # mean mini-batch loss over the steps (nan if 0 steps)
     grad_mean: Optional[torch.Tensor] = None
     probe: Optional[dict] = None   # {"G2", "sigma2", "L"} when the spec asked for probes
+    buffers: Optional[torch.Tensor] = None   # BatchNorm running statistics after the steps
 
 
 PROBE_KEY = 1 << 20   # extra key of the probe batch's stream: ("batches", client, round, task, tag, PROBE_KEY)
@@ -102,7 +105,7 @@ class JobFuture(Lazy):
 
     def inputs(self):
         s = self.job.spec
-        return tuple(v for v in (s.start, s.anchor, s.correction) if isinstance(v, Lazy))
+        return tuple(v for v in (s.start, s.anchor, s.correction, s.buffers) if isinstance(v, Lazy))
 
     @property
     def params(self) -> "Lazy":

@@ -1,4 +1,4 @@
-"""A client device: its group's compute, link and availability models, and its state."""
+"""A client device: its group's compute, link and availability models, and its random streams."""
 from __future__ import annotations
 
 import enum
@@ -9,7 +9,7 @@ import numpy as np
 
 
 class State(str, enum.Enum):
-    """Explicit client states (recorded as transitions in events.csv)."""
+    """Explicit client states, recorded as transitions in events.csv (`output.events: true`)."""
 
     OFFLINE = "offline"
     IDLE = "idle"
@@ -32,7 +32,6 @@ class Client:
     streams: Any          # emulator.rng.Streams
     energy: Any = None    # fleet.EnergyParams or None
     work: dict = field(default_factory=dict)   # task -> devices.compute.Work (FLOPs per step)
-    state: State = State.IDLE
     _rngs: dict = field(default_factory=dict, repr=False)
 
     def rng(self, name: str) -> np.random.Generator:

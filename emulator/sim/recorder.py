@@ -1,7 +1,11 @@
 """The Recorder: metrics rows per aggregation, per-client-per-round columns, optional events.
 
-Per-round client data is columnar (one NumPy array per column over all clients), so a
-10,000-client fleet costs a few arrays per round, not 10,000 dicts.
+Per-round client data is columnar (one NumPy array per column), so a 10,000-client fleet
+costs a few arrays per round, not 10,000 dicts. A `RoundLog` covers every client (dense:
+`rounds`, `intervals`) or only the clients it concerns (`ids`: an `async` merge logs its one
+client). A log is an aggregation's (`aggregation=True`) or records work that no aggregation
+used (an `async` job lost to a dropout): only aggregation logs count as rounds in the delay
+metrics.
 """
 from __future__ import annotations
 
@@ -24,14 +28,21 @@ CLIENT_COLUMNS = {  # name -> (dtype, default)
 
 
 class RoundLog:
-    """Per-client columns of one round (and one model in multi-model runs)."""
+    """Per-client columns of one round (and one model in multi-model runs). Index columns by
+    `log.at(client)` (the client id itself in a dense log)."""
 
-    def __init__(self, round_: int, num_clients: int, task: int = 0):
-        self.round, self.task, self.n = round_, task, num_clients
-        self.cols = {k: np.full(num_clients, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
+    def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False):
+        self.round, self.task, self.aggregation = round_, task, aggregation
+        self.num_clients = num_clients
+        self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
+        self.n = num_clients if ids is None else len(self.ids)
+        self._pos = None if ids is None else {int(c): i for i, c in enumerate(self.ids)}
+        self.cols = {k: np.full(self.n, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
+        # lower bound on each row's compute time from the realised step clock (invariants.py)
+        self.min_compute = np.zeros(self.n)
         self.extra: dict[str, np.ndarray] = {}
         self.drop_reason: dict[int, str] = {}
-        self.messages = []   # (numel, bytes) of every completed transfer, for the invariant check
+        self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
 
     def __getattr__(self, k):
         cols = self.__dict__.get("cols")
@@ -39,21 +50,30 @@ class RoundLog:
             return cols[k]
         raise AttributeError(k)
 
+    def at(self, client: int) -> int:
+        """Row of `client` in this log's columns."""
+        return client if self._pos is None else self._pos[int(client)]
+
+    def clients(self) -> np.ndarray:
+        """Client id of each row."""
+        return np.arange(self.n) if self.ids is None else self.ids
+
     def set_extra(self, name: str, client: int, value, dtype=np.float64, default=np.nan):
         if name not in self.extra:
             self.extra[name] = np.full(self.n, default, dtype=dtype)
-        self.extra[name][client] = value
+        self.extra[name][self.at(client)] = value
 
     def drop(self, client: int, reason: str):
-        self.cols["dropped"][client] = True
-        self.drop_reason[client] = reason
+        i = self.at(client)
+        self.cols["dropped"][i] = True
+        self.drop_reason[i] = reason
 
     def frame(self, participants_only: bool) -> pd.DataFrame:
         cols = dict(self.cols)
         reason = np.full(self.n, "", dtype=object)
-        for c, r in self.drop_reason.items():
-            reason[c] = r
-        df = pd.DataFrame({"round": self.round, "client": np.arange(self.n), **cols,
+        for i, r in self.drop_reason.items():
+            reason[i] = r
+        df = pd.DataFrame({"round": self.round, "client": self.clients(), **cols,
                            "drop_reason": reason, **self.extra})
         if participants_only:
             df = df[df["selected"]]
@@ -70,10 +90,14 @@ class Recorder:
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
 
-    def round_log(self, round_: int, task: int = 0) -> RoundLog:
-        log = RoundLog(round_, self.num_clients, task)
+    def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
+        log = RoundLog(round_, self.num_clients, task, ids, aggregation)
         self.rounds.append(log)
         return log
+
+    def aggregations(self, task: Optional[int] = None) -> list:
+        """The logs of aggregations (of model `task`), in order."""
+        return [log for log in self.rounds if log.aggregation and (task is None or log.task == task)]
 
     def metric(self, row: dict) -> None:
         self.metrics.append(row)

@@ -40,6 +40,7 @@ class Task:
     evaluate: Callable
     client_sizes: np.ndarray
     path: str
+    buffers: Optional[torch.Tensor] = None    # global BatchNorm statistics (compute/flat.py), None: none
 
 
 def group_sizes(clients_spec) -> list:
@@ -82,7 +83,7 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec) -> Task:
     algo_cls = registry.get("algorithm", algo_spec.name).factory
     algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
                                            x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
-    return Task(index, data, net, algo, batch, evaluate, sizes, path)
+    return Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers())
 
 
 class _GroupRngs:
@@ -120,7 +121,7 @@ class World:
         self.executor = self._build_executor()
         self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
-                                 multi_model=multi)
+                                 events=sc.output.events, multi_model=multi)
         self.group_members = []
         for gi in range(len(self.groups)):
             members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
@@ -132,7 +133,9 @@ class World:
         self.wall0 = None
         self.rounds_done = 0
         self.next_eval_k = 1     # next evaluation at next_eval_k x run.eval_every_seconds
-        self.last_good = {t.index: t.algorithm.global_params().detach().clone() for t in self.tasks}
+        self.last_good = {}
+        for t in self.tasks:
+            self.keep_last_good(t)
         self.status, self.message = "running", None
 
     # -- construction -----------------------------------------------------------------
@@ -223,8 +226,25 @@ class World:
     def wall(self) -> float:
         return time.perf_counter() - self.wall0
 
+    def keep_last_good(self, task: Task) -> None:
+        """The latest finite global model (and BatchNorm statistics): what model.npy saves."""
+        b = None if task.buffers is None else task.buffers.detach().clone()
+        self.last_good[task.index] = (task.algorithm.global_params().detach().clone(), b)
+
     def evaluate(self, task: Task) -> dict:
-        return task.evaluate(task.algorithm.global_params())
+        return task.evaluate(task.algorithm.global_params(), task.buffers)
+
+    def client_state_summary(self) -> dict:
+        """Per-client algorithm state (algorithms/state.py): bytes now and at peak, per kind."""
+        out = {"client_state_bytes": 0, "client_state_peak_bytes": 0, "client_state_kinds": {}}
+        for t in self.tasks:
+            st = t.algorithm.ctx.states
+            s = st.summary()
+            out["client_state_bytes"] += s["client_state_bytes"]
+            out["client_state_peak_bytes"] += st.peak_bytes
+            for k, v in s["client_state_kinds"].items():
+                out["client_state_kinds"][k if len(self.tasks) == 1 else f"{t.index}:{k}"] = v
+        return out
 
     def check_finite(self, task: Task, round_: int, train_loss: float) -> None:
         w = task.algorithm.global_params()

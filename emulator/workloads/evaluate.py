@@ -13,13 +13,13 @@ class ClassificationEval:
         self.net, self.x, self.y, self.batch = net, x_test, y_test, batch
 
     @torch.no_grad()
-    def __call__(self, w: torch.Tensor) -> dict:
+    def __call__(self, w: torch.Tensor, buffers=None) -> dict:
         n = len(self.y)
         if n == 0:
             return {}
         correct, loss = 0, 0.0
         for s in range(0, n, self.batch):
-            out = self.net.forward(w, self.x[s:s + self.batch])
+            out = self.net.forward(w, self.x[s:s + self.batch], buffers)   # eval mode
             yb = self.y[s:s + self.batch]
             loss += float(F.cross_entropy(out, yb, reduction="sum"))
             correct += int((out.argmax(1) == yb).sum())
@@ -32,7 +32,7 @@ class QuadraticEval:
     def __init__(self, extra: dict):
         self.F, self.f_star, self.w_star = extra["F"], extra["f_star"], extra["w_star"]
 
-    def __call__(self, w: torch.Tensor) -> dict:
+    def __call__(self, w: torch.Tensor, buffers=None) -> dict:
         wn = w.detach().double().cpu().numpy()
         f = self.F(wn)
         gap = f - self.f_star

@@ -1,4 +1,5 @@
-"""The model zoo (workloads.md section 3). Models hold no buffers: parameters only.
+"""The model zoo (workloads.md section 3). vgg11 and resnet18 hold BatchNorm buffers
+(running statistics, handled outside the parameter vector: compute/flat.py).
 
 Each factory takes its params and a `ModelContext` (input shape, classes, dataset extras)
 and returns a torch.nn.Module. `loss` says how a batch's output becomes a loss:
@@ -192,13 +193,13 @@ class ResNet18(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1).flatten(1))
 
 
-@register("model", "vgg11", NoParams, "CIFAR VGG11 with BatchNorm (9,231,114 params; training needs BatchNorm support)")
+@register("model", "vgg11", NoParams, "CIFAR VGG11 with BatchNorm (9,231,114 params; sequential/auto executor)")
 def vgg11(p, ctx):
     _need_image(ctx, "vgg11", 32)
     return Vgg11(ctx.input_shape[0], ctx.num_classes)
 
 
-@register("model", "resnet18", NoParams, "CIFAR ResNet-18 with BatchNorm (11,173,962 params; training needs BatchNorm support)")
+@register("model", "resnet18", NoParams, "CIFAR ResNet-18 with BatchNorm (11,173,962 params; sequential/auto executor)")
 def resnet18(p, ctx):
     _need_image(ctx, "resnet18", 8)
     return ResNet18(ctx.input_shape[0], ctx.num_classes)
@@ -268,12 +269,15 @@ def forward_macs(module: nn.Module, input_shape: tuple) -> int:
             hooks.append(m.register_forward_hook(conv_hook))
         elif isinstance(m, nn.Linear):
             hooks.append(m.register_forward_hook(lin_hook))
+    was_training = module.training
+    module.eval()           # BatchNorm: no running-statistics update, works on one sample
     try:
         with torch.no_grad():
             p0 = next(module.parameters(), None)      # the run's dtype and device
             kw = {} if p0 is None else {"dtype": p0.dtype, "device": p0.device}
             module(torch.zeros((1,) + tuple(input_shape), **kw))
     finally:
+        module.train(was_training)
         for h in hooks:
             h.remove()
     return macs

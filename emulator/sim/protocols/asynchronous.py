@@ -8,11 +8,21 @@ next online; going offline mid-work loses that update. One metrics row per merge
 the server's version); evaluation every `run.eval_every` merges or, with
 `run.eval_every_seconds`, at the first merge at or after each point of that time grid.
 Per-round availability models are asked with the client's own job count as the round.
+
+clients.csv has one row per client job that ended (not one per client per merge): `round`
+is the merge it was aggregated in, `job` the client's job key (1, 2, ...: it advances at every
+try, so a client that had to wait offline skips numbers; batches are drawn per job key). A job lost to
+a dropout is recorded too, with `dropped` and the reason, under the round of the next merge
+(the one it would have counted toward at the earliest); it is not an aggregation, so it
+never enters the delay metrics or the merge count. `(client, job)` is unique; so is
+`(round, client)` among aggregated rows. `available` is True on every row (a client starts a
+job only when online): per-merge availability of the fleet is not recorded under async.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 
 from ...registry import register
 from ..recorder import RoundLog
@@ -32,6 +42,7 @@ class Async(Protocol):
         self.done = env.event()
         self.merges = 0
         self.t_last = 0.0
+        self._waiters = []
         for c in w.clients:
             env.process(self.client_loop(c, w.tasks[0]))
         yield self.done
@@ -40,14 +51,13 @@ class Async(Protocol):
         env, w = self.env, self.world
         job = 0
         while not self.finished:
-            job += 1
+            job += 1          # the client's job key: its availability round and batch-stream key
             now = env.now
             if not client.availability.online(client.id, job, now):
                 nxt = client.availability.next_online(client.id, now)
                 if math.isinf(nxt):
                     return
                 if nxt <= now:       # per-round model said offline: try again at the next merge
-                    self._waiters = getattr(self, "_waiters", [])
                     ev = env.event()
                     self._waiters.append(ev)
                     yield ev
@@ -56,14 +66,15 @@ class Async(Protocol):
                 continue
             algo = task.algorithm
             v0 = algo.version
-            bc = algo.broadcast(job)
-            log = RoundLog(v0, w.num_clients)
-            log.available[client.id] = log.selected[client.id] = True
+            bc = self.broadcast(task, job)
+            log = RoundLog(v0, w.num_clients, task.index, ids=[client.id])
+            log.available[0] = log.selected[0] = True
+            log.set_extra("job", client.id, job, dtype=np.int64, default=0)
             steps = self.local_steps(client.id, task)
-            yield from self.train_and_upload(
+            yield from self.participate(
                 client, task, job, bc, steps, log,
                 lambda cid, up, st: self.merge(task, cid, up, st, log, v0), None)
-            if log.dropped[client.id] and not self.finished:    # lost work is recorded too
+            if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
                 log.round = self.merges + 1
                 w.recorder.rounds.append(log)
 
@@ -73,18 +84,17 @@ class Async(Protocol):
             return
         env, w = self.env, self.world
         algo = task.algorithm
-        arrivals = self.aggregate(task, algo.version + 1, [(cid, up, steps)], log, round_of=lambda c: v0)
+        arrivals, agg = self.aggregate(task, algo.version + 1, [(cid, up, steps)], log, round_of=lambda c: v0)
         self.merges += 1
         t = log.round = self.merges
         w.recorder.rounds.append(log)
         self.account_energy(log, env.now - self.t_last)
-        extra = {"round_time": env.now - self.t_last, "version": algo.version}
-        extra.update(getattr(algo, "round_info", None) or {})
+        extra = {"round_time": env.now - self.t_last, "version": algo.version, **agg.round_cols}
         self.t_last = env.now
         self.finish_aggregation(task, t, arrivals, log, extra)
-        for ev in getattr(self, "_waiters", []):
+        waiters, self._waiters = self._waiters, []
+        for ev in waiters:
             ev.succeed()
-        self._waiters = []
         if w.should_stop():
             self.finished = True
             if not self.done.triggered:

@@ -1,13 +1,28 @@
-"""What every protocol shares: a client's download -> train -> upload process, the
-aggregation step (resolve the uploads' lazy values, call the algorithm, record weights),
-evaluation and the metrics row."""
+"""What every protocol shares: the small steps a client's work is composed of (download,
+compute, upload, each a piece of a SimPy process that may be stopped part-way), the
+aggregation step (resolve the uploads' lazy values, call the algorithm, record its result),
+evaluation and the metrics row.
+
+A protocol composes the pieces (DESIGN.md section 3, "Protocol"):
+
+    work = self.begin(client, task, t, log)              # what a stop must record
+    yield from self.guard(work, body(), on_stop)          # body: a generator of pieces
+      yield from self.download(work, numel)              # broadcast over the client's link
+      fut = yield from self.compute(work, spec, steps)   # a TrainJob; virtual compute time
+      yield from self.upload(work, numel)                # the update over the link
+
+`participate` is the usual composition (download -> compute -> upload -> arrival); a
+protocol may also train without uploading (FedUMF's unselected clients) or train a model
+of its choice (multi-model FL): the pieces take the task and the spec as arguments.
+"""
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import simpy
+import torch
 from pydantic import Field, model_validator
 
 from ... import registry
@@ -16,7 +31,7 @@ from ...registry import Params
 from ...algorithms.base import Arrival
 from ...compute.jobs import TrainJob
 from ...compute.lazy import Lazy, force, resolve
-from ...errors import DivergedError
+from ...errors import DivergedError, InvariantError
 from ..client import State
 
 
@@ -32,7 +47,7 @@ def closing_time(env, delay: float):
     return ev
 
 
-class _WentOffline(Exception):
+class WentOffline(Exception):
     """The client's online period ended while it was working."""
 
 
@@ -86,8 +101,29 @@ class LocalWorkParams(Params):
         return self
 
 
+class Work:
+    """One client's work in one round of one model: which piece it is in and since when (so a
+    stop records the partial times), its round's log row, its online watch."""
+
+    __slots__ = ("client", "task", "t", "log", "row", "phase", "t0", "steps", "unit", "unit_floor",
+                 "dur", "transfer", "offline", "buffers")
+
+    def __init__(self, client, task, t, log, offline):
+        self.client, self.task, self.t, self.log = client, task, t, log
+        self.row = log.at(client.id)
+        self.phase, self.t0 = State.SELECTED, 0.0
+        self.steps = self.unit = 0          # SGD steps planned; what clients.csv `steps` records
+        self.unit_floor = 0.0               # lower bound on one recorded step's compute time
+        self.dur = 0.0
+        self.transfer = None
+        self.offline = offline
+        self.buffers = task.buffers         # BatchNorm statistics of the model it downloads
+
+
 class Protocol:
     name = "?"
+    #: trains several models at once (`workloads:`); single-model protocols refuse them
+    multi_model = False
 
     def __init__(self, world, params):
         self.world = world
@@ -107,8 +143,10 @@ class Protocol:
 
     # -- helpers ----------------------------------------------------------------------
     def set_state(self, client, state: State, round_: int, detail: str = "") -> None:
-        client.state = state
-        self.world.recorder.event(self.env.now, client.id, state.value, round_, detail)
+        """A recorded state transition (events.csv, with `output.events: true`)."""
+        rec = self.world.recorder
+        if rec.events is not None:
+            rec.event(self.env.now, client.id, state.value, round_, detail)
 
     def local_steps(self, client_id: int, task) -> int:
         """Fixed local work per round: local_steps, or local_epochs x ceil(n_i / B)."""
@@ -127,83 +165,139 @@ class Protocol:
             return None
         return self.env.timeout(max(0.0, until - self.env.now))
 
-    def train_and_upload(self, client, task, t: int, bc, steps: int, log, on_arrival, on_fail=None,
-                         duration: Optional[float] = None, record_steps: Optional[int] = None,
-                         rows=None):
-        """A client's round as a SimPy process: download the broadcast, compute `steps`
-        local steps (one timeout: nothing can change the outcome in between), upload.
-        Going offline (continuous-time availability) or an `Interrupt` (the round closed)
-        stops it: partial times are recorded, the client is recorded as dropped, and its
-        update never reaches the aggregate. `on_arrival(client_id, upload, steps)` is called
-        when the upload lands; `on_fail(client_id)` when the client went offline.
-        `duration` (default: from the client's compute model) fixes the compute time;
-        `record_steps` is what clients.csv `steps` records (default: the SGD steps);
-        `rows` (local sample numbers) restricts this round's training to a subset of the
-        client's data, and the upload then carries `n_samples = len(rows)`."""
+    def message_numel(self, task, direction: str) -> int:
+        """Parameters of one message: what the algorithm declares, plus the BatchNorm
+        statistics of models that have them (they travel with the model, as in FedAvg)."""
+        return task.algorithm.message_numel(direction) + task.net.buffer_dim
+
+    def broadcast(self, task, t: int):
+        """The algorithm's broadcast, checked against its declared download size."""
+        bc = task.algorithm.broadcast(t)
+        got = int(sum(v.numel() for v in bc.vectors))
+        want = task.algorithm.message_numel("down")
+        if got != want:
+            raise InvariantError(f"{task.algorithm.name} broadcasts {got} parameters but declares {want} "
+                                 "(down_vectors x dim): a flemu bug")
+        return bc
+
+    # -- the pieces of a client's work --------------------------------------------------
+    def begin(self, client, task, t: int, log) -> Work:
+        return Work(client, task, t, log, self.offline_watch(client))
+
+    def _wait(self, work: Work, event):
+        if work.offline is None:
+            yield event
+            return
+        yield event | work.offline
+        if not event.processed:      # (a Timeout counts as `triggered` from its creation)
+            raise WentOffline()
+
+    def _move(self, work: Work, numel: int, direction: str):
         env, w = self.env, self.world
-        cid = client.id
-        phase, t0, planned, dur = State.DOWNLOADING, env.now, steps, 0.0
-        offline = self.offline_watch(client)
-        current = None
+        nb = w.network.message_bytes(numel, direction)
+        work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
+        work.t0 = env.now
+        self.set_state(work.client, work.phase, work.t)
+        work.transfer = w.network.transfer(work.client, nb, direction)
+        yield from self._wait(work, work.transfer.event)
+        work.transfer = None
+        log, i = work.log, work.row
+        log.comm_time[i] += env.now - work.t0
+        (log.bytes_down if direction == "down" else log.bytes_up)[i] += nb
+        log.messages.append((numel, nb, direction))
+
+    def download(self, work: Work, numel: int):
+        """Piece: the broadcast of `numel` parameters over the client's link."""
+        yield from self._move(work, numel, "down")
+
+    def upload(self, work: Work, numel: int):
+        """Piece: an upload of `numel` parameters over the client's link."""
+        yield from self._move(work, numel, "up")
+
+    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                record_steps: Optional[int] = None, unit_floor: Optional[float] = None, rows=None):
+        """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
+        compute time (one timeout: nothing can change the outcome in between); returns the
+        job's future, resolved only when something reads it. `duration` (default: from the
+        client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
+        (default: the SGD steps), `unit_floor` a lower bound on one recorded step's time,
+        `rows` a subset of the client's samples to train on."""
+        env, task, c = self.env, work.task, work.client
+        if duration is None:
+            clock = c.clock(work.t, env.now, task.index)
+            duration = clock.time(steps)
+            unit_floor = clock.min_step(steps) if steps > 0 else 0.0
+        if task.net.has_buffers and spec.buffers is None:
+            spec.buffers = work.buffers
+        fut = self.world.executor.submit(TrainJob(task.index, c.id, work.t, steps, spec, task.batch_size, rows=rows))
+        work.phase, work.t0, work.dur = State.COMPUTING, env.now, duration
+        work.steps = steps
+        work.unit = steps if record_steps is None else record_steps
+        work.unit_floor = unit_floor or 0.0
+        self.set_state(c, State.COMPUTING, work.t, f"{steps} steps")
+        if duration > 0:
+            yield from self._wait(work, env.timeout(duration))
+        log, i = work.log, work.row
+        log.steps[i] = work.unit
+        log.compute_time[i] = duration
+        log.min_compute[i] = work.unit * work.unit_floor
+        return fut
+
+    def guard(self, work: Work, body, on_stop: Optional[Callable] = None):
+        """Run `body` (a generator of pieces). Going offline (continuous-time availability)
+        or an `Interrupt` (the round closed) stops it: the partial times are recorded, the
+        client is recorded as dropped with the reason, and `on_stop(client_id, reason)` is
+        called. Returns the body's value (None when stopped)."""
+        env = self.env
         try:
-            nb = w.network.message_bytes(bc.numel, "down")
-            self.set_state(client, State.DOWNLOADING, t)
-            current = w.network.transfer(client, nb, "down")
-            yield from self._wait(current.event, offline)
-            log.comm_time[cid] += env.now - t0
-            log.bytes_down[cid] += nb
-            log.messages.append((bc.numel, nb, "down"))
+            return (yield from body)
+        except (simpy.Interrupt, WentOffline) as stop:
+            reason = "offline" if isinstance(stop, WentOffline) else str(stop.cause)
+            if work.transfer is not None:
+                work.transfer.cancel()
+            log, i = work.log, work.row
+            elapsed = env.now - work.t0
+            if work.phase == State.COMPUTING:
+                done = int(math.floor(work.unit * elapsed / work.dur + 1e-9)) if work.dur > 0 else work.unit
+                log.compute_time[i] = elapsed
+                log.steps[i] = done
+                log.min_compute[i] = done * work.unit_floor
+            elif work.phase in (State.DOWNLOADING, State.UPLOADING):
+                log.comm_time[i] += elapsed
+            log.drop(work.client.id, reason)
+            self.set_state(work.client, State.OFFLINE if reason == "offline" else State.DROPPED, work.t, reason)
+            if on_stop is not None:
+                on_stop(work.client.id, reason)
+            return None
 
-            spec = task.algorithm.local_spec(cid, t, bc)
-            dur = client.compute_time(t, steps, env.now, task.index) if duration is None else duration
-            fut = w.executor.submit(TrainJob(task.index, cid, t, steps, spec, task.batch_size, rows=rows))
-            phase, t0, current = State.COMPUTING, env.now, None
-            self.set_state(client, State.COMPUTING, t, f"{steps} steps")
-            if dur > 0:
-                yield from self._wait(env.timeout(dur), offline)
-            log.steps[cid] = steps if record_steps is None else record_steps
-            log.compute_time[cid] = dur
+    def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
+                    on_fail: Optional[Callable] = None, duration: Optional[float] = None,
+                    record_steps: Optional[int] = None, unit_floor: Optional[float] = None, rows=None):
+        """A participant's round as a SimPy process: download the broadcast, compute `steps`
+        local steps, upload; `on_arrival(client_id, upload, steps)` when the upload lands,
+        `on_fail(client_id)` when the client went offline. `rows` (local sample numbers)
+        restricts the training to a subset, and the upload carries `n_samples = len(rows)`."""
+        work = self.begin(client, task, t, log)
+        algo = task.algorithm
 
-            up = task.algorithm.upload(cid, t, fut)
+        def body():
+            yield from self.download(work, self.message_numel(task, "down"))
+            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps, duration,
+                                          record_steps, unit_floor, rows)
+            up = algo.upload(client.id, t, fut)
             if rows is not None:
                 up.meta["n_samples"] = len(rows)
-            nb = w.network.message_bytes(up.numel, "up")
-            phase, t0 = State.UPLOADING, env.now
-            self.set_state(client, State.UPLOADING, t)
-            current = w.network.transfer(client, nb, "up")
-            yield from self._wait(current.event, offline)
-            log.comm_time[cid] += env.now - t0
-            log.bytes_up[cid] += nb
-            log.messages.append((up.numel, nb, "up"))
+            yield from self.upload(work, self.message_numel(task, "up"))
             self.set_state(client, State.DONE, t)
-            on_arrival(cid, up, steps)
-        except (simpy.Interrupt, _WentOffline) as stop:
-            reason = "offline" if isinstance(stop, _WentOffline) else str(stop.cause)
-            if current is not None:
-                current.cancel()
-            elapsed = env.now - t0
-            unit = planned if record_steps is None else record_steps
-            if phase == State.COMPUTING:
-                log.compute_time[cid] = elapsed
-                log.steps[cid] = int(math.floor(unit * elapsed / dur + 1e-9)) if dur > 0 else unit
-            else:
-                log.comm_time[cid] += elapsed
-                if phase == State.UPLOADING:
-                    log.steps[cid] = unit
-                    log.compute_time[cid] = dur
-            log.drop(cid, reason)
-            self.set_state(client, State.OFFLINE if reason == "offline" else State.DROPPED, t, reason)
+            on_arrival(client.id, up, steps)
+
+        def stopped(cid, reason):
             if reason == "offline" and on_fail is not None:
                 on_fail(cid)
 
-    def _wait(self, event, offline):
-        if offline is None:
-            yield event
-            return
-        yield event | offline
-        if not event.processed:      # (a Timeout counts as `triggered` from its creation)
-            raise _WentOffline()
+        yield from self.guard(work, body(), stopped)
 
+    # -- energy -------------------------------------------------------------------------
     def account_energy(self, log, round_time: float) -> None:
         """Energy of every online client over the round: compute_watts x compute_time +
         transmit_watts x comm_time + idle_watts x the rest of the round (column energy_j)."""
@@ -211,11 +305,11 @@ class Protocol:
         if not any(g.energy is not None for g in groups):
             return
         e = np.full(log.n, np.nan)
-        for c in self.world.clients:
-            en = c.energy
+        clients = self.world.clients
+        for i, cid in enumerate(log.clients()):
+            en = clients[cid].energy
             if en is None:
                 continue
-            i = c.id
             busy = log.compute_time[i] + log.comm_time[i]
             if log.available[i] or busy > 0:
                 e[i] = (en.compute_watts * log.compute_time[i] + en.transmit_watts * log.comm_time[i]
@@ -224,13 +318,14 @@ class Protocol:
                 e[i] = 0.0
         log.extra["energy_j"] = e
 
-    def aggregate(self, task, t: int, items: list, log, round_of=None) -> list:
+    # -- aggregation --------------------------------------------------------------------
+    def aggregate(self, task, t: int, items: list, log, round_of=None) -> tuple:
         """Two phases: the algorithm first says which uploads it will read (`reads`: DMS
         filters here), only those are resolved (batched, with any lazy metadata such as
-        probes); then it aggregates and its weights and per-client values are recorded.
+        probes); then it aggregates and its result (weights, per-client columns) is recorded.
         Unread uploads keep `vectors=None`: their training is never computed.
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
-        (this round's data size) and `tau` (iterations). Returns the Arrivals."""
+        (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
         algo = task.algorithm
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
@@ -240,19 +335,43 @@ class Protocol:
         read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
         resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
                 + lazy_meta)
+        want = algo.message_numel("up")
         for a, u in read:
             a.vectors = [force(v) for v in u.vectors]
+            got = int(sum(v.numel() for v in a.vectors))
+            if got != want:
+                raise InvariantError(f"{algo.name}: client {a.client} uploaded {got} parameters but the "
+                                     f"algorithm declares {want} (up_vectors x dim): a flemu bug")
             if u.result is not None:
                 a.train_loss = force(u.result).loss_mean
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
-        weights = algo.aggregate(t, arrivals)
-        for cid, wgt in weights.items():
-            log.weight[cid] = wgt
-        for col, vals in (getattr(algo, "client_info", None) or {}).items():
+        agg = algo.aggregate(t, arrivals)
+        log.aggregation = True
+        for cid, wgt in agg.weights.items():
+            log.weight[log.at(cid)] = wgt
+        for col, vals in agg.client_cols.items():
             for cid, v in vals.items():
                 log.set_extra(col, cid, v)
-        return arrivals
+        if task.buffers is not None:
+            self.average_buffers(task, agg, read)
+        return arrivals, agg
+
+    @staticmethod
+    def average_buffers(task, agg, read) -> None:
+        """BatchNorm running statistics follow the clients' FedAvg-style, with the
+        aggregation's own weights: b <- b + sum_i w_i (b_i - b). Weights summing to 1 give
+        the weighted mean sum_i w_i b_i (FedAvg, FedProx, DMS); FedAsync's mixing weight
+        alpha_k gives (1 - alpha_k) b + alpha_k b_i. Clients of weight 0 do not count."""
+        b = task.buffers
+        step = torch.zeros_like(b)
+        for a, u in read:
+            wgt = agg.weights.get(a.client, 0.0)
+            if wgt and u.result is not None:
+                bi = force(u.result).buffers
+                if bi is not None:
+                    step += wgt * (bi.to(b) - b)
+        task.buffers = b + step
 
     def finish_aggregation(self, task, t: int, arrivals: list, log, extra: Optional[dict] = None) -> dict:
         """Evaluate (every eval_every), check for divergence, append the metrics row."""
@@ -286,7 +405,7 @@ class Protocol:
         w.recorder.metric(row)
         if diverged is not None:
             raise diverged
-        w.last_good[task.index] = task.algorithm.global_params().detach().clone()
+        w.keep_last_good(task)
         if w.progress is not None:
             w.progress(row)
         return row

@@ -77,8 +77,9 @@ class Intervals(Protocol):
         return np.sort(rng.choice(pool, size, replace=False))
 
     def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None) -> tuple:
-        """(tau, SGD steps per iteration, compute seconds) for `budget` seconds of compute
-        starting at `start` (one clock: one speed draw per client per interval)."""
+        """(tau, SGD steps per iteration, compute seconds, lower bound on one iteration's
+        time) for `budget` seconds of compute starting at `start` (one clock: one speed draw
+        per client per interval)."""
         clock = client.clock(t, start, task.index)
         n = int(task.client_sizes[client.id]) if n_samples is None else n_samples
         spi = steps_per_epoch(n, task.batch_size) if self.p.iteration == "epoch" else 1
@@ -86,11 +87,11 @@ class Intervals(Protocol):
             tau = clock.fit(budget)
             cap = self.p.max_iterations
             tau = tau if cap is None else min(tau, cap)
-            return tau, spi, clock.time(tau)
+            return tau, spi, clock.time(tau), (clock.min_step(tau) if tau else 0.0)
         tau = clock.fit(budget) // spi
         if self.p.max_iterations is not None:
             tau = min(tau, self.p.max_iterations)
-        return tau, spi, clock.time(tau * spi)
+        return tau, spi, clock.time(tau * spi), (spi * clock.min_step(tau * spi) if tau else 0.0)
 
     @staticmethod
     def within(t0: float, d: float, dur: float, u: float, delta: float) -> float:
@@ -126,10 +127,10 @@ class Intervals(Protocol):
         log.available[avail] = True
         chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
         log.selected[chosen] = True
-        bc = task.algorithm.broadcast(t)
+        bc = self.broadcast(task, t)
         gate = Gate(env, 0)              # collects arrivals; the interval closes on the clock
-        nb_down = w.network.message_bytes(bc.numel, "down")
-        nb_up = w.network.message_bytes(task.algorithm.upload_numel(), "up")
+        nb_down = w.network.message_bytes(self.message_numel(task, "down"), "down")
+        nb_up = w.network.message_bytes(self.message_numel(task, "up"), "up")
         procs = []
         for cid in chosen:
             c = w.clients[cid]
@@ -139,7 +140,7 @@ class Intervals(Protocol):
                 log.drop(cid, "undeliverable")
                 continue
             rows = self.subset(cid, t, int(task.client_sizes[cid]))
-            tau, spi, dur = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows))
+            tau, spi, dur, floor = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows))
             dur = self.within(t0, d, dur, u, delta)
             if rows is not None:
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
@@ -147,12 +148,12 @@ class Intervals(Protocol):
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts
-                log.steps[cid], log.compute_time[cid] = tau, dur
+                log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
                 log.drop(cid, "min_iterations")
                 continue
-            procs.append(env.process(self.train_and_upload(
+            procs.append(env.process(self.participate(
                 c, task, t, bc, tau * spi, log, self._arrival(gate, tau), None,
-                duration=dur, record_steps=tau, rows=rows)))
+                duration=dur, record_steps=tau, unit_floor=floor, rows=rows)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
         gate.closed = True
         late = [pr for pr in procs if pr.is_alive]
@@ -161,12 +162,12 @@ class Intervals(Protocol):
         if late:
             yield env.timeout(0)
         items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
-        arrivals = self.aggregate(task, t, items, log)
+        arrivals, agg = self.aggregate(task, t, items, log)
         taus = [a.meta["tau"] for a in arrivals]
         extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),
                  "tau_mean": float(np.mean(taus)) if taus else float("nan"),
                  "heterogeneity": float(np.var(taus)) if taus else float("nan")}   # T-SFL fn. 1, ddof 0
-        extra.update(getattr(task.algorithm, "round_info", None) or {})
+        extra.update(agg.round_cols)
         self.account_energy(log, env.now - t0)
         self.finish_aggregation(task, t, arrivals, log, extra)
 

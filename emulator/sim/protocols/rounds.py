@@ -88,12 +88,12 @@ class Rounds(Protocol):
         log.selected[chosen] = True
         wait = self.p.wait
         gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
-        bc = task.algorithm.broadcast(t)
+        bc = self.broadcast(task, t)
         procs = {}
         for cid in chosen:
             c = w.clients[cid]
             self.set_state(c, State.SELECTED, t)
-            procs[cid] = env.process(self.train_and_upload(
+            procs[cid] = env.process(self.participate(
                 c, task, t, bc, self.local_steps(cid, task), log,
                 lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail()))
         if wait.mode == "deadline":
@@ -108,9 +108,9 @@ class Rounds(Protocol):
             yield env.timeout(0)  # let the interrupted clients record their partial work first
         items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
         self.last_participants = len(items)
-        arrivals = self.aggregate(task, t, items, log)
+        arrivals, agg = self.aggregate(task, t, items, log)
         self.account_energy(log, env.now - start)
-        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start})
+        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
 
 
 register("protocol", "rounds", RoundsParams,
