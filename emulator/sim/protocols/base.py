@@ -271,31 +271,30 @@ class Protocol:
             return None
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, duration: Optional[float] = None,
-                    record_steps: Optional[int] = None, unit_floor: Optional[float] = None, rows=None):
-        """A participant's round as a SimPy process: download the broadcast, compute `steps`
-        local steps, upload; `on_arrival(client_id, upload, steps)` when the upload lands,
-        `on_fail(client_id)` when the client went offline. `rows` (local sample numbers)
-        restricts the training to a subset, and the upload carries `n_samples = len(rows)`."""
+                    on_fail: Optional[Callable] = None):
+        """The usual round of a participant, as a SimPy process: download the broadcast,
+        compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
+        upload lands, `on_fail(client_id)` when the client went offline."""
         work = self.begin(client, task, t, log)
         algo = task.algorithm
 
         def body():
             yield from self.download(work, self.message_numel(task, "down"))
-            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps, duration,
-                                          record_steps, unit_floor, rows)
+            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps)
             up = algo.upload(client.id, t, fut)
-            if rows is not None:
-                up.meta["n_samples"] = len(rows)
             yield from self.upload(work, self.message_numel(task, "up"))
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)
 
+        yield from self.guard(work, body(), self.on_offline(on_fail))
+
+    @staticmethod
+    def on_offline(on_fail: Optional[Callable]):
+        """A guard's `on_stop` that calls `on_fail(client_id)` only when the client went offline."""
         def stopped(cid, reason):
             if reason == "offline" and on_fail is not None:
                 on_fail(cid)
-
-        yield from self.guard(work, body(), stopped)
+        return stopped
 
     # -- energy -------------------------------------------------------------------------
     def account_energy(self, log, round_time: float) -> None:

@@ -151,9 +151,7 @@ class Intervals(Protocol):
                 log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
                 log.drop(cid, "min_iterations")
                 continue
-            procs.append(env.process(self.participate(
-                c, task, t, bc, tau * spi, log, self._arrival(gate, tau), None,
-                duration=dur, record_steps=tau, unit_floor=floor, rows=rows)))
+            procs.append(env.process(self.train_for(c, task, t, bc, log, gate, tau, spi, dur, floor, rows)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
         gate.closed = True
         late = [pr for pr in procs if pr.is_alive]
@@ -171,12 +169,24 @@ class Intervals(Protocol):
         self.account_energy(log, env.now - t0)
         self.finish_aggregation(task, t, arrivals, log, extra)
 
-    @staticmethod
-    def _arrival(gate, tau):
-        def arrived(cid, up, steps):
+    def train_for(self, client, task, t, bc, log, gate, tau, spi, dur, floor, rows):
+        """A candidate's interval: download, tau iterations (tau x spi SGD steps in the planned
+        `dur` seconds; on `rows` only, Case 3), upload its model with tau (and |D_i^t|)."""
+        work = self.begin(client, task, t, log)
+        algo = task.algorithm
+
+        def body():
+            yield from self.download(work, self.message_numel(task, "down"))
+            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), tau * spi, duration=dur,
+                                          record_steps=tau, unit_floor=floor, rows=rows)
+            up = algo.upload(client.id, t, fut)
             up.meta["tau"] = tau
-            gate.arrive(cid, (up, steps))
-        return arrived
+            if rows is not None:
+                up.meta["n_samples"] = len(rows)
+            yield from self.upload(work, self.message_numel(task, "up"))
+            gate.arrive(client.id, (up, tau * spi))
+
+        yield from self.guard(work, body())
 
 
 register("protocol", "intervals", IntervalsParams,
