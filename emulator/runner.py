@@ -49,6 +49,11 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     summary = summarize(world, metrics, clients, build_s, checks)
     summary["delay"] = delays
     summary.update(energy_summary(world, clients))
+    summary.update(world.protocol.summary())
+    for task in world.tasks:
+        extra = task.algorithm.summary()
+        if extra:
+            summary.update(extra) if len(world.tasks) == 1 else summary["models"][task.index].update(extra)
     write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated)
     return RunResult(out_dir, metrics, summary)
 

@@ -151,6 +151,7 @@ def schema() -> type:
         rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
         virtual_time: Optional[float] = Field(None, gt=0, description="or a virtual-time budget in seconds")
         eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
+        eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
         eval_every_seconds: Optional[float] = Field(None, gt=0, description="or at the first aggregation at or after every multiple of this many virtual seconds")
         target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
 

@@ -123,6 +123,10 @@ class Algorithm:
         """Parameters in one message ('down' or 'up'), known before anything is computed."""
         return self.ctx.dim * (self.down_vectors if direction == "down" else self.up_vectors)
 
+    def summary(self) -> dict:
+        """Algorithm-specific figures for summary.json (default none)."""
+        return {}
+
     # -- reading the server state --------------------------------------------------
     def global_params(self) -> torch.Tensor:
         return self.x

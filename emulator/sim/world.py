@@ -20,7 +20,7 @@ from ..errors import DivergedError, ScenarioError
 from ..rng import Streams
 from ..workloads.data import FederatedData
 from ..workloads.datasets import DatasetContext
-from ..workloads.evaluate import ClassificationEval, QuadraticEval
+from ..workloads.evaluate import ClassificationEval, QuadraticEval, TrainAndTestEval
 from ..workloads.models import ModelContext
 from ..workloads.partitions import partition_data
 from .client import Client
@@ -52,7 +52,7 @@ def group_sizes(clients_spec) -> list:
     return list(largest_remainder(np.array([g.fraction for g in gs]), clients_spec.count))
 
 
-def build_task(index, wl, path, N, streams, device, dtype, algo_spec) -> Task:
+def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train: bool = False) -> Task:
     ds_entry = registry.get("dataset", wl.dataset.name)
     ctx = DatasetContext(N, streams.generator("data", index), streams.generator("partition", index, 1),
                          path=f"{path}.dataset")
@@ -80,6 +80,10 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec) -> Task:
     else:
         evaluate = ClassificationEval(net, torch.as_tensor(data.x_test, device=device, dtype=dtype),
                                       torch.as_tensor(data.y_test, device=device))
+        if eval_train:              # the global model on every training sample (FedSUM's training loss)
+            evaluate = TrainAndTestEval(evaluate, ClassificationEval(
+                net, torch.as_tensor(data.x_train, device=device, dtype=dtype),
+                torch.as_tensor(data.y_train, device=device)))
     algo_cls = registry.get("algorithm", algo_spec.name).factory
     algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
                                            x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
@@ -115,7 +119,7 @@ class World:
         self.num_clients = N
         multi = sc.workloads is not None
         self.tasks = [build_task(i, wl, f"workloads[{i}]" if multi else "workload", N, self.streams,
-                                 self.device, self.dtype, sc.algorithm)
+                                 self.device, self.dtype, sc.algorithm, sc.run.eval_train)
                       for i, wl in enumerate(sc.workload_list)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()

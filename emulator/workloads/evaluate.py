@@ -26,6 +26,22 @@ class ClassificationEval:
         return {"test_acc": correct / n, "test_loss": loss / n}
 
 
+class TrainAndTestEval:
+    """Test metrics plus the same on the whole training set (`run.eval_train`):
+    full_train_loss, full_train_acc."""
+
+    def __init__(self, test: ClassificationEval, train: ClassificationEval):
+        self.test, self.train = test, train
+        self.x, self.y = test.x, test.y
+
+    def __call__(self, w: torch.Tensor, buffers=None) -> dict:
+        out = self.test(w, buffers)
+        tr = self.train(w, buffers)
+        if tr:
+            out.update(full_train_loss=tr["test_loss"], full_train_acc=tr["test_acc"])
+        return out
+
+
 class QuadraticEval:
     """F(w) = (1/N) sum_k F_k(w) and the gap F(w) - F(w*) (workloads.md 1.4)."""
 

@@ -141,6 +141,10 @@ class Protocol:
     def process(self):
         raise NotImplementedError
 
+    def summary(self) -> dict:
+        """Protocol-specific figures for summary.json (default none)."""
+        return {}
+
     # -- helpers ----------------------------------------------------------------------
     def set_state(self, client, state: State, round_: int, detail: str = "") -> None:
         """A recorded state transition (events.csv, with `output.events: true`)."""
