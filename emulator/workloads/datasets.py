@@ -177,11 +177,16 @@ def quadratic(p: QuadraticParams, ctx: DatasetContext) -> FederatedData:
     N = ctx.num_clients
     A, b, w_star, f_star, F = quadratic_problem(N, p.block, p.mu)
     d = A.shape[1]
-    # One "sample" per client = its index (exact gradients), or `noise_samples` rows of
-    # (index, xi) with centred Gaussian xi: the mean over a client's samples is exact.
-    if p.grad_noise > 0:
-        S = p.noise_samples
-        xi = ctx.rng_data.normal(0, p.grad_noise, (N, S, d))
+    return _quadratic_data("quadratic", N, d, p.grad_noise, p.noise_samples, ctx,
+                           dict(A=A, b=b, mu=p.mu, w_star=w_star, f_star=f_star, F=F, dim=d))
+
+
+def _quadratic_data(name, N, d, grad_noise, noise_samples, ctx, extra) -> FederatedData:
+    """One "sample" per client = its index (exact gradients), or `noise_samples` rows of
+    (index, xi) with centred Gaussian xi: the mean over a client's samples is exact."""
+    if grad_noise > 0:
+        S = noise_samples
+        xi = ctx.rng_data.normal(0, grad_noise, (N, S, d))
         xi -= xi.mean(axis=1, keepdims=True)
         ids = np.repeat(np.arange(N), S)[:, None].astype(np.float32)
         x = np.concatenate([ids, xi.reshape(N * S, d).astype(np.float32)], axis=1)
@@ -190,9 +195,67 @@ def quadratic(p: QuadraticParams, ctx: DatasetContext) -> FederatedData:
         x = np.arange(N, dtype=np.float32)[:, None]
         idx = [np.array([k]) for k in range(N)]
     y = np.zeros(len(x), dtype=np.int64)
-    return FederatedData("quadratic", x, y, x[:0], y[:0], 1, (x.shape[1],), task="quadratic",
-                         client_indices=idx, natural=True,
-                         extra=dict(A=A, b=b, mu=p.mu, w_star=w_star, f_star=f_star, F=F, dim=d))
+    return FederatedData(name, x, y, x[:0], y[:0], 1, (x.shape[1],), task="quadratic",
+                         client_indices=idx, natural=True, extra=extra)
+
+
+class ClientQuadraticParams(Params):
+    """f_i(w) = 1/2 (w - c_i)^T diag(a_i) (w - c_i), global f = (1/N) sum_i f_i (fedumf.md 7,
+    fedsum.md 8): give `a` and `c` (one list of d numbers per client), or draw them."""
+    a: Optional[list[list[float]]] = Field(None, description="per client, the diagonal of A_i (N lists of d numbers > 0)")
+    c: Optional[list[list[float]]] = Field(None, description="per client, the centre c_i (N lists of d numbers)")
+    dim: Optional[int] = Field(None, ge=1, description="or draw: the dimension d")
+    a_range: tuple[float, float] = Field((0.5, 2.0), description="drawn diagonals ~ U[low, high]")
+    c_std: float = Field(1.0, ge=0, description="drawn centres ~ N(0, c_std^2 I)")
+    init: Optional[list[float]] = Field(None, description="starting point w^0 (default 0)")
+    grad_noise: float = Field(0.0, ge=0, description="std of additive Gaussian gradient noise (0: exact gradients)")
+    noise_samples: int = Field(64, ge=2, description="noise vectors per client when grad_noise > 0 (a centred finite sum)")
+
+    @field_validator("a")
+    @classmethod
+    def _positive(cls, v):
+        if v is not None and any(x <= 0 for row in v for x in row):
+            raise ValueError("diagonal entries must be > 0")
+        return v
+
+
+@register("dataset", "client_quadratic", ClientQuadraticParams,
+          "per-client quadratics 1/2 (w - c_i)^T diag(a_i) (w - c_i), given or drawn; w* exact")
+def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> FederatedData:
+    N, P = ctx.num_clients, ctx.path
+    if p.a is not None or p.c is not None:
+        if p.a is None or p.c is None:
+            raise ScenarioError([(f"{P}.a" if p.a is None else f"{P}.c", "give both a and c, or dim to draw them")])
+        a, c = np.asarray(p.a, float), np.asarray(p.c, float)
+        if a.shape[0] != N or c.shape != a.shape:
+            raise ScenarioError([(f"{P}.a", f"needs one row per client ({N}) of the same length in a and c; "
+                                  f"got a {a.shape}, c {c.shape}")])
+    elif p.dim is not None:
+        lo, hi = p.a_range
+        if not 0 < lo <= hi:
+            raise ScenarioError([(f"{P}.a_range", f"needs 0 < low <= high, got {p.a_range}")])
+        a = ctx.rng_data.uniform(lo, hi, (N, p.dim))
+        c = ctx.rng_data.normal(0.0, p.c_std, (N, p.dim))
+    else:
+        raise ScenarioError([(P, "give a and c (one row per client), or dim to draw them")])
+    d = a.shape[1]
+    A = np.stack([np.diag(row) for row in a])
+    b = a * c                                        # A_i c_i
+    const = 0.5 * (a * c * c).sum(1)                # 1/2 c_i^T A_i c_i: the model's loss is f_i itself
+    w_star = (a * c).sum(0) / a.sum(0)               # grad f = 0: (sum A_i) w = sum A_i c_i
+
+    def F(w):
+        w = np.asarray(w, dtype=np.float64)
+        return float(np.mean(0.5 * (a * (w[None, :] - c) ** 2).sum(1)))
+
+    init = None
+    if p.init is not None:
+        if len(p.init) != d:
+            raise ScenarioError([(f"{P}.init", f"{len(p.init)} numbers for dimension {d}")])
+        init = np.asarray(p.init, float)
+    return _quadratic_data("client_quadratic", N, d, p.grad_noise, p.noise_samples, ctx,
+                           dict(A=A, b=b, mu=0.0, const=const, init=init, w_star=w_star,
+                                f_star=F(w_star), F=F, dim=d, a=a, c=c))
 
 
 # --------------------------------------------------------------------------- user files

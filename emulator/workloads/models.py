@@ -207,21 +207,24 @@ def resnet18(p, ctx):
 
 class QuadraticModel(nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
-    F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 (workloads.md 1.4)."""
+    F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (workloads.md 1.4;
+    client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k))."""
 
     loss = "direct"
 
-    def __init__(self, A: np.ndarray, b: np.ndarray, mu: float):
+    def __init__(self, A: np.ndarray, b: np.ndarray, mu: float, const=None, init=None):
         super().__init__()
-        self.w = nn.Parameter(torch.zeros(A.shape[1]))
+        w0 = torch.zeros(A.shape[1]) if init is None else torch.as_tensor(init, dtype=torch.float32)
+        self.w = nn.Parameter(w0)
         # plain attributes, not buffers: constants of the objective, moved by _apply
         self.A = torch.as_tensor(A, dtype=torch.float32)
         self.b = torch.as_tensor(b, dtype=torch.float32)
+        self.const = torch.as_tensor(np.zeros(A.shape[0]) if const is None else const, dtype=torch.float32)
         self.mu = float(mu)
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
-        self.A, self.b = fn(self.A), fn(self.b)
+        self.A, self.b, self.const = fn(self.A), fn(self.b), fn(self.const)
         return self
 
     def forward(self, x):
@@ -231,14 +234,15 @@ class QuadraticModel(nn.Module):
         lin = self.b[k]
         if x.shape[1] > 1:
             lin = lin + x[:, 1:].to(w.dtype)
-        return 0.5 * (Aw @ w) - lin @ w + 0.5 * self.mu * (w @ w)
+        return 0.5 * (Aw @ w) - lin @ w + 0.5 * self.mu * (w @ w) + self.const[k]
 
 
 @register("model", "quadratic", NoParams, "parameters = w of the quadratic dataset (its only model)")
 def quadratic_model(p, ctx):
     if "A" not in ctx.extra:
-        raise ScenarioError([(f"{ctx.path}.name", "model quadratic needs dataset quadratic")])
-    return QuadraticModel(ctx.extra["A"], ctx.extra["b"], ctx.extra["mu"])
+        raise ScenarioError([(f"{ctx.path}.name", "model quadratic needs dataset quadratic or client_quadratic")])
+    e = ctx.extra
+    return QuadraticModel(e["A"], e["b"], e["mu"], e.get("const"), e.get("init"))
 
 
 def loss_kind(module: nn.Module) -> str:
