@@ -1,6 +1,7 @@
 """Importing this module registers every built-in component (registry.load_all)."""
 from . import fleet  # noqa: F401  devices: compute, availability, network, selection
 from .algorithms import fedasync, fedavg, fedprox, tsfl  # noqa: F401
+from .algorithms import fedau, fedavg_active, fedawe, fedsum, scaffold, stored_updates  # noqa: F401
 from .compute import batched, executor  # noqa: F401
 from .sim.protocols import asynchronous, intervals, rounds  # noqa: F401
 from .workloads import datasets, models, partitions  # noqa: F401
