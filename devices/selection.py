@@ -130,3 +130,21 @@ class BiasedSelection(Selection):
         avail = np.zeros(num_clients, dtype=bool)
         avail[list(available)] = True
         return sorted(np.flatnonzero(avail & (u < p)).tolist())
+
+
+@dataclass
+class SequenceSelection(Selection):
+    """A given sequence of client sets: round t takes `sets[t-1]` (its available members);
+    after the last set the sequence repeats (`repeat`) or nobody is selected. For replaying
+    a recorded participation and for hand-checked tests (fedumf.md T2, fedsum.md SEQ)."""
+
+    sets: Sequence = ()
+    repeat: bool = True
+    name: str = "sequence"
+
+    def select(self, round_, available, num_clients, rng):
+        n = len(self.sets)
+        if n == 0 or (round_ > n and not self.repeat):
+            return []
+        block = {int(c) for c in self.sets[(round_ - 1) % n]}
+        return sorted(block.intersection(int(c) for c in available))

@@ -5,3 +5,4 @@ from .algorithms import fedau, fedavg_active, fedawe, fedsum, scaffold, stored_u
 from .compute import batched, executor  # noqa: F401
 from .sim.protocols import asynchronous, intervals, rounds  # noqa: F401
 from .workloads import datasets, models, partitions  # noqa: F401
+from .algorithms import fedumf  # noqa: F401

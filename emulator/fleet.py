@@ -356,6 +356,22 @@ register("selection", "biased", BiasedParams,
          lambda p, ctx=None: sel.BiasedSelection(p=p.p, start=p.start, step=p.step, every=p.every, floor=p.floor))
 
 
+class SequenceParams(Params):
+    sets: list[list[int]] = Field(min_length=1, description="client ids selected in round 1, 2, ... (0-based ids; [] = nobody)")
+    repeat: bool = Field(True, description="start over after the last set (else nobody is selected)")
+
+    @field_validator("sets")
+    @classmethod
+    def _ids(cls, v):
+        if any(c < 0 for s in v for c in s):
+            raise ValueError("client ids are >= 0")
+        return v
+
+
+register("selection", "sequence", SequenceParams, "a given sequence of client sets, one per round (replay, hand checks)",
+         lambda p, ctx=None: sel.SequenceSelection(sets=p.sets, repeat=p.repeat))
+
+
 # ============================================================================ group extras and fleet-wide network
 class EnergyParams(Params):
     """Power draw of a device group; energy per client per round goes to clients.csv `energy_j`."""

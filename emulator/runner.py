@@ -44,6 +44,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     world.run()
     metrics = world.recorder.metrics_frame()
     delays, last_aggregated = add_delay_metrics(world, metrics)
+    account_energy(world)
     clients = world.recorder.clients_frame()
     checks = invariants.check(world, metrics, clients)
     summary = summarize(world, metrics, clients, build_s, checks)
@@ -83,6 +84,31 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
         rounds = np.array([0] + [log.round for log in logs], dtype=np.int64)
         last_aggregated[task.index] = rounds[d["last_selected"] + 1]
     return out, last_aggregated
+
+
+def account_energy(world) -> None:
+    """Energy of every online client per round (clients.csv energy_j), once the run is over
+    so that work outliving its round (FedUMF's background jobs) is counted whole:
+    compute_watts x compute_time + transmit_watts x comm_time + idle_watts x the rest of the
+    round (none for work no aggregation closed)."""
+    groups = world.groups
+    if not any(g.energy is not None for g in groups):
+        return
+    clients = world.clients
+    for log in world.recorder.rounds:
+        round_time = log.round_time or 0.0
+        e = np.full(log.n, np.nan)
+        for i, cid in enumerate(log.clients()):
+            en = clients[cid].energy
+            if en is None:
+                continue
+            busy = log.compute_time[i] + log.comm_time[i]
+            if log.available[i] or busy > 0:
+                e[i] = (en.compute_watts * log.compute_time[i] + en.transmit_watts * log.comm_time[i]
+                        + en.idle_watts * max(0.0, round_time - busy))
+            else:
+                e[i] = 0.0
+        log.extra["energy_j"] = e
 
 
 def energy_summary(world, clients: pd.DataFrame) -> dict:

@@ -361,6 +361,9 @@ def cross_check(sc) -> list:
     k = getattr(sel, "k", None)
     if k is not None and k > n:
         problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
+    sets = getattr(sel, "sets", None)
+    if sets is not None and any(c >= n for s in sets for c in s):
+        problems.append(("protocol.select.sets", f"client ids must be below clients.count = {n}"))
     p = getattr(sel, "p", None)
     if isinstance(p, list) and len(p) != n:
         problems.append(("protocol.select.p", f"{len(p)} probabilities for clients.count = {n} clients"))

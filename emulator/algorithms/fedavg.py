@@ -49,7 +49,8 @@ class FedAvg(Algorithm):
             return Aggregation()
         p = sample_weights(arrivals, self.p.weighting)              # n_k / m_t
         avg = weighted_sum([a.vectors[0] for a in arrivals], p)     # sum_k (n_k/m_t) w^k_{t+1}
-        self.x = self.x + self.p.server_lr * (avg - self.x)         # eta_g = 1: w_{t+1} = avg
+        # eta_g = 1: w_{t+1} = avg exactly (x + (avg - x) would differ in the last bit)
+        self.x = avg if self.p.server_lr == 1.0 else self.x + self.p.server_lr * (avg - self.x)
         return Aggregation({a.client: float(w) for a, w in zip(arrivals, p)})
 
 

@@ -42,6 +42,7 @@ class RoundLog:
         self.min_compute = np.zeros(self.n)
         self.extra: dict[str, np.ndarray] = {}
         self.drop_reason: dict[int, str] = {}
+        self.round_time = None   # the aggregation's duration (set when it is recorded)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
 
     def __getattr__(self, k):

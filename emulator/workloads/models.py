@@ -214,12 +214,14 @@ class QuadraticModel(nn.Module):
 
     def __init__(self, A: np.ndarray, b: np.ndarray, mu: float, const=None, init=None):
         super().__init__()
-        w0 = torch.zeros(A.shape[1]) if init is None else torch.as_tensor(init, dtype=torch.float32)
+        # float64 here: the run's dtype is applied by FlatModel (.to), so a float64 run keeps
+        # every digit of A, b, c (float32 first would round them)
+        w0 = torch.zeros(A.shape[1], dtype=torch.float64) if init is None else torch.as_tensor(init, dtype=torch.float64)
         self.w = nn.Parameter(w0)
         # plain attributes, not buffers: constants of the objective, moved by _apply
-        self.A = torch.as_tensor(A, dtype=torch.float32)
-        self.b = torch.as_tensor(b, dtype=torch.float32)
-        self.const = torch.as_tensor(np.zeros(A.shape[0]) if const is None else const, dtype=torch.float32)
+        self.A = torch.as_tensor(A, dtype=torch.float64)
+        self.b = torch.as_tensor(b, dtype=torch.float64)
+        self.const = torch.as_tensor(np.zeros(A.shape[0]) if const is None else const, dtype=torch.float64)
         self.mu = float(mu)
 
     def _apply(self, fn, recurse=True):

@@ -88,7 +88,6 @@ class Async(Protocol):
         self.merges += 1
         t = log.round = self.merges
         w.recorder.rounds.append(log)
-        self.account_energy(log, env.now - self.t_last)
         extra = {"round_time": env.now - self.t_last, "version": algo.version, **agg.round_cols}
         self.t_last = env.now
         self.finish_aggregation(task, t, arrivals, log, extra)

@@ -129,6 +129,7 @@ class Protocol:
         self.world = world
         self.p = params
         self.env = world.env
+        self.multicast_sent = False     # this round's multicast broadcast has been counted
         sel = getattr(params, "select", None)
         self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
 
@@ -207,6 +208,10 @@ class Protocol:
         work.transfer = None
         log, i = work.log, work.row
         log.comm_time[i] += env.now - work.t0
+        if direction == "down" and getattr(self.p, "broadcast", "unicast") == "multicast":
+            if self.multicast_sent:      # one message reached every recipient: counted once
+                return
+            self.multicast_sent = True
         (log.bytes_down if direction == "down" else log.bytes_up)[i] += nb
         log.messages.append((numel, nb, direction))
 
@@ -247,10 +252,11 @@ class Protocol:
         log.min_compute[i] = work.unit * work.unit_floor
         return fut
 
-    def guard(self, work: Work, body, on_stop: Optional[Callable] = None):
+    def guard(self, work: Work, body, on_stop: Optional[Callable] = None, drop: bool = True):
         """Run `body` (a generator of pieces). Going offline (continuous-time availability)
         or an `Interrupt` (the round closed) stops it: the partial times are recorded, the
-        client is recorded as dropped with the reason, and `on_stop(client_id, reason)` is
+        client is recorded as dropped with the reason (unless `drop=False`: work that was no
+        participation, such as background training), and `on_stop(client_id, reason)` is
         called. Returns the body's value (None when stopped)."""
         env = self.env
         try:
@@ -268,21 +274,25 @@ class Protocol:
                 log.min_compute[i] = done * work.unit_floor
             elif work.phase in (State.DOWNLOADING, State.UPLOADING):
                 log.comm_time[i] += elapsed
-            log.drop(work.client.id, reason)
+            if drop:
+                log.drop(work.client.id, reason)
             self.set_state(work.client, State.OFFLINE if reason == "offline" else State.DROPPED, work.t, reason)
             if on_stop is not None:
                 on_stop(work.client.id, reason)
             return None
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None):
+                    on_fail: Optional[Callable] = None, after=None):
         """The usual round of a participant, as a SimPy process: download the broadcast,
         compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
-        upload lands, `on_fail(client_id)` when the client went offline."""
+        upload lands, `on_fail(client_id)` when the client went offline. `after`: an event
+        to wait for first (the client's own unfinished background job, FedUMF `wait`)."""
         work = self.begin(client, task, t, log)
         algo = task.algorithm
 
         def body():
+            if after is not None:
+                yield after
             yield from self.download(work, self.message_numel(task, "down"))
             fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps)
             up = algo.upload(client.id, t, fut)
@@ -299,27 +309,6 @@ class Protocol:
             if reason == "offline" and on_fail is not None:
                 on_fail(cid)
         return stopped
-
-    # -- energy -------------------------------------------------------------------------
-    def account_energy(self, log, round_time: float) -> None:
-        """Energy of every online client over the round: compute_watts x compute_time +
-        transmit_watts x comm_time + idle_watts x the rest of the round (column energy_j)."""
-        groups = self.world.groups
-        if not any(g.energy is not None for g in groups):
-            return
-        e = np.full(log.n, np.nan)
-        clients = self.world.clients
-        for i, cid in enumerate(log.clients()):
-            en = clients[cid].energy
-            if en is None:
-                continue
-            busy = log.compute_time[i] + log.comm_time[i]
-            if log.available[i] or busy > 0:
-                e[i] = (en.compute_watts * log.compute_time[i] + en.transmit_watts * log.comm_time[i]
-                        + en.idle_watts * max(0.0, round_time - busy))
-            else:
-                e[i] = 0.0
-        log.extra["energy_j"] = e
 
     # -- aggregation --------------------------------------------------------------------
     def aggregate(self, task, t: int, items: list, log, round_of=None) -> tuple:
@@ -355,7 +344,10 @@ class Protocol:
             log.weight[log.at(cid)] = wgt
         for col, vals in agg.client_cols.items():
             for cid, v in vals.items():
-                log.set_extra(col, cid, v)
+                if isinstance(v, str):
+                    log.set_extra(col, cid, v, dtype=object, default="")
+                else:
+                    log.set_extra(col, cid, v)
         if task.buffers is not None:
             self.average_buffers(task, agg, read)
         return arrivals, agg
@@ -406,6 +398,7 @@ class Protocol:
         if diverged is None and (due or last):
             row.update(w.evaluate(task))
         w.recorder.metric(row)
+        log.round_time = row.get("round_time")
         if diverged is not None:
             raise diverged
         w.keep_last_good(task)

@@ -166,7 +166,6 @@ class Intervals(Protocol):
                  "tau_mean": float(np.mean(taus)) if taus else float("nan"),
                  "heterogeneity": float(np.var(taus)) if taus else float("nan")}   # T-SFL fn. 1, ddof 0
         extra.update(agg.round_cols)
-        self.account_energy(log, env.now - t0)
         self.finish_aggregation(task, t, arrivals, log, extra)
 
     def train_for(self, client, task, t, bc, log, gate, tau, spi, dur, floor, rows):

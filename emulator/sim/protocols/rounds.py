@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field
 
 from ...registry import Params, register
 from ..client import State
+from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
 
 
@@ -40,6 +41,9 @@ class RoundsParams(LocalWorkParams):
     select: "SelectionSpec" = Field(default_factory=default_select,
                                     description="server-side selection among available clients")
     wait: Wait = Field(default_factory=WaitAll, description="all | {mode: deadline, seconds} | {mode: first_k, k}")
+    broadcast: Literal["unicast", "multicast"] = Field(
+        "unicast", description="download bytes: one message per recipient, or one per round (a one-to-all "
+                               "wireless broadcast; each recipient still takes its link's time)")
 
 
 class Rounds(Protocol):
@@ -48,6 +52,7 @@ class Rounds(Protocol):
     def __init__(self, world, params):
         super().__init__(world, params)
         self.last_participants = 0
+        self.background = Background(self)
 
     def wait_for_someone(self):
         """Nobody is online: advance to the earliest time a client comes online (one timeout)."""
@@ -75,7 +80,8 @@ class Rounds(Protocol):
             empty_streak = empty_streak + 1 if self.env.now == before and self.last_participants == 0 else 0
             if empty_streak >= 10_000:
                 w.stall(f"{empty_streak} rounds in a row without any participant at virtual time {self.env.now:g}")
-                return
+                break
+        yield from self.background.stop_all()
 
     def round(self, t: int):
         w, env = self.world, self.env
@@ -88,14 +94,25 @@ class Rounds(Protocol):
         log.selected[chosen] = True
         wait = self.p.wait
         gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
+        algo = task.algorithm
+        background = getattr(algo, "trains_unselected", False)
+        if background:
+            algo.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
+        self.multicast_sent = False
         procs = {}
         for cid in chosen:
             c = w.clients[cid]
             self.set_state(c, State.SELECTED, t)
+            first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
             procs[cid] = env.process(self.participate(
                 c, task, t, bc, self.local_steps(cid, task), log,
-                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail()))
+                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first))
+        if background:                   # every other online client trains too (FedUMF Alg.1 L6)
+            picked = set(int(c) for c in chosen)
+            for cid in avail:
+                if int(cid) not in picked:
+                    self.background.start(w.clients[int(cid)], task, t, bc, log)
         if wait.mode == "deadline":
             yield gate.done | closing_time(env, wait.seconds)
         else:
@@ -108,8 +125,11 @@ class Rounds(Protocol):
             yield env.timeout(0)  # let the interrupted clients record their partial work first
         items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
         self.last_participants = len(items)
+        if background:                   # clients.csv `trained`: participants that computed too
+            for cid in chosen:
+                if log.steps[cid] > 0:
+                    log.set_extra("trained", cid, True, dtype=bool, default=False)
         arrivals, agg = self.aggregate(task, t, items, log)
-        self.account_energy(log, env.now - start)
         self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
 
 
