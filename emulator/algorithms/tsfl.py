@@ -46,18 +46,49 @@ def slope(eta, L, G2, sigma2, n, H) -> float:
 
 def waterfill(tau, s) -> np.ndarray:
     """tsfl.md 3.3 / D7 [ours, A6]: rho_i = max(0, c + s tau_i) with c making sum rho = 1;
-    equals the Cor.-1 closed form 1/n + s (tau_i - mean tau) whenever that is >= 0."""
+    equals the Cor.-1 closed form 1/n + s (tau_i - mean tau) whenever that is >= 0. Any sign
+    of s: the clients are taken in decreasing order of s tau_i (s < 0 favours small tau)."""
     tau = np.asarray(tau, float)
     n = len(tau)
-    order = np.argsort(-tau, kind="stable")
+    st = s * tau
+    order = np.argsort(-st, kind="stable")
     for k in range(n, 0, -1):
         top = order[:k]
-        c = (1.0 - s * tau[top].sum()) / k
-        if c + s * tau[top].min() >= 0:
+        c = (1.0 - st[top].sum()) / k
+        if c + st[top].min() >= 0:
             rho = np.zeros(n)
-            rho[top] = c + s * tau[top]
+            rho[top] = c + st[top]
             return rho
     return np.zeros(n)
+
+
+def capped_waterfill(tau, s, cap) -> np.ndarray:
+    """Def. 1.3's weight limit rho_i <= cap (= theta/N) on top of water-filling (tsfl.md 3.3,
+    A7 `cap_theta` [ours]): rho_i = min(max(c + s tau_i, 0), cap) with the unique c making
+    sum rho = 1 - the Euclidean projection of the Cor.-1 line onto the capped simplex. The
+    excess above the cap flows to the uncapped clients, keeping the slope s between every
+    two of them. Needs n cap >= 1 (else the caller relaxes the cap to 1/n)."""
+    tau = np.asarray(tau, float)
+    n = len(tau)
+    if n == 0:
+        return np.zeros(0)
+    if cap * n < 1 - 1e-12:
+        raise ValueError(f"cap {cap} x {n} clients < 1: no weights on the simplex respect it")
+    st = s * tau
+    f = lambda c: float(np.clip(c + st, 0.0, cap).sum())          # noqa: E731  nondecreasing in c
+    # f is piecewise linear with breakpoints where a client hits 0 (c = -s tau_i) or the cap
+    # (c = cap - s tau_i); f = 0 below the lowest and n cap >= 1 above the highest
+    bps = np.unique(np.concatenate([-st, cap - st]))
+    vals = np.array([f(b) for b in bps])
+    k = int(np.searchsorted(vals, 1.0, side="left"))               # first breakpoint with f >= 1
+    if k == len(bps):                                              # n cap = 1 up to float noise
+        c = bps[-1]
+    elif vals[k] == 1.0:
+        c = bps[k]
+    else:                                                          # 1 lies strictly inside (bps[k-1], bps[k])
+        lo, hi = bps[k - 1], bps[k]
+        c = lo + (1.0 - vals[k - 1]) * (hi - lo) / (vals[k] - vals[k - 1])
+    return np.clip(c + st, 0.0, cap)
 
 
 def theorem2_weights(tau, eta, L, theta, G2, sigma2, N, H, Gamma, D, F_hat) -> np.ndarray:
@@ -81,12 +112,17 @@ def affine_weights(tau, s) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- parameters
 class ConstantsParams(Params):
-    """How the unknown constants L, G^2, sigma^2 of Eq.(6) are obtained (tsfl.md 3.4, A8)."""
-    mode: Literal["estimate", "fixed", "proportional"] = Field(
-        "estimate", description="estimate by gradient probes, fixed values, or rho proportional to tau")
+    """How the slope s of Eq.(6) is obtained (tsfl.md 3.4, A8): its unknown constants L, G^2,
+    sigma^2 estimated by probes or given, s itself given, or rho proportional to tau."""
+    mode: Literal["estimate", "fixed", "slope", "proportional"] = Field(
+        "estimate", description="estimate L, G2, sigma2 by gradient probes (concentrates the weight on the "
+                                "fastest clients as training goes on), fixed values, the slope s itself, "
+                                "or rho proportional to tau")
     L: Optional[float] = Field(None, gt=0, description="smoothness constant (mode fixed)")
     G2: Optional[float] = Field(None, gt=0, description="gradient second-moment bound (mode fixed)")
     sigma2: Optional[float] = Field(None, gt=0, description="gradient variance bound (mode fixed)")
+    s: Optional[float] = Field(None, description="the slope s of rho_i - rho_j = s (tau_i - tau_j) (mode slope); "
+                                                 "s < 0 favours clients with fewer iterations")
     ema: float = Field(0.9, ge=0, lt=1, description="smoothing of the probe estimates over intervals")
     sigma2_unit: Literal["batch", "sample"] = Field(
         "batch", description="sigma^2 of Ass. 1 read as the variance of a mini-batch gradient (A8), "
@@ -96,6 +132,8 @@ class ConstantsParams(Params):
     def _fixed(self):
         if self.mode == "fixed" and None in (self.L, self.G2, self.sigma2):
             raise ValueError("mode fixed needs L, G2 and sigma2")
+        if self.mode == "slope" and self.s is None:
+            raise ValueError("mode slope needs s")
         return self
 
 
@@ -103,6 +141,15 @@ class TsflParams(Params):
     lr: float = Field(gt=0, description="local learning rate eta (plain SGD, tsfl.md A2)")
     constants: ConstantsParams = Field(default_factory=ConstantsParams, description="L, G2, sigma2 of Eq.(6)")
     clip: Literal["waterfill", "none"] = Field("waterfill", description="negative Cor.-1 weights: water-fill (A6) or keep")
+    cap_theta: Optional[float] = Field(
+        None, gt=0, description="Def. 1.3's limit rho_i <= theta/N (N = uploaders, A9), the excess water-filled "
+                                "onto the others (A7); relaxed to 1/|weighted set| when theta/N is below it")
+
+    @model_validator(mode="after")
+    def _cap(self):
+        if self.cap_theta is not None and self.clip != "waterfill":
+            raise ValueError("cap_theta needs clip: waterfill")
+        return self
 
 
 class DmsParams(TsflParams):
@@ -201,25 +248,46 @@ class TsflOptimal(_IntervalRule):
             return 1.0 / tot if tot > 0 else 0.0
         if c.mode == "fixed":
             return slope(self.p.lr, c.L, c.G2, c.sigma2, n_U, H)
+        if c.mode == "slope":                              # s given directly (tsfl.md 3.4 item 4)
+            return float(c.s)
         if self.G2 is None:
             return 0.0
         return slope(self.p.lr, self.L, self.G2, self.sigma2, n_U, H)
 
-    def weights(self, tau, s):
-        return waterfill(tau, s) if self.p.clip == "waterfill" else affine_weights(tau, s)
+    def cap(self, n_U, n_weighted):
+        """Def. 1.3's limit theta/N (N = n_U, A9), relaxed to 1/|M| when too tight (A7)."""
+        if self.p.cap_theta is None:
+            return None
+        return max(self.p.cap_theta / n_U, 1.0 / n_weighted)
+
+    def weights(self, tau, s, n_U):
+        if self.p.clip == "none":
+            return affine_weights(tau, s)
+        cap = self.cap(n_U, len(tau))
+        return waterfill(tau, s) if cap is None else capped_waterfill(tau, s, cap)
+
+    def weight_info(self, rho, s, n_U) -> dict:
+        """Per interval (metrics.csv): how many weighted clients kept a weight > 0, the largest
+        weight, the relative tilt s n_U of Eq.(6), and the cap in force (tsfl.md 4.2 D8)."""
+        info = {"weighted": int(np.count_nonzero(rho > 0)), "max_weight": float(np.max(rho)) if len(rho) else 0.0,
+                "slope_n": s * n_U}
+        if self.p.cap_theta is not None:
+            info["weight_cap"] = self.cap(n_U, len(rho))
+        return info
 
     def aggregate(self, t, arrivals):
         if not arrivals:
-            return Aggregation(round_cols={"survivors": 0})
+            return Aggregation(round_cols={"survivors": 0, "weighted": 0})
         arrivals = sorted(arrivals, key=lambda a: a.client)
         tau = np.array([a.meta["tau"] for a in arrivals], np.int64)
         self.update_constants(arrivals)
         H = int(tau.max())
         s = self.slope(tau, tau, len(tau), H)
-        rho = self.weights(tau, s)
+        rho = self.weights(tau, s, len(tau))
         self.x = weighted_sum([a.vectors[0] for a in arrivals], rho)
         return Aggregation({a.client: float(r) for a, r in zip(arrivals, rho)},
-                           round_cols={"H": H, "slope": s, "survivors": len(arrivals), **self.constants_info()})
+                           round_cols={"H": H, "slope": s, "survivors": len(arrivals),
+                                       **self.weight_info(rho, s, len(tau)), **self.constants_info()})
 
 
 class DMS(TsflOptimal):
@@ -242,21 +310,22 @@ class DMS(TsflOptimal):
 
     def aggregate(self, t, arrivals):
         if not arrivals:                                          # D1: U empty -> w^{t+1} = w^t
-            return Aggregation(round_cols={"survivors": 0})
+            return Aggregation(round_cols={"survivors": 0, "weighted": 0})
         ids, tau, K, H, P, beta = self._filter
         by_id = {a.client: a for a in arrivals}
         self.update_constants(arrivals)
         info = {"dms_p": dict(zip(ids, P.tolist())), "dms_beta": dict(zip(ids, beta.astype(int).tolist()))}
         S = np.flatnonzero(beta)
         if len(S) == 0:                                           # only possible with exclude
-            return Aggregation({c: 0.0 for c in ids}, info, {"K": K, "H": H, "survivors": 0})
+            return Aggregation({c: 0.0 for c in ids}, info, {"K": K, "H": H, "survivors": 0, "weighted": 0})
         s = self.slope(tau, tau[S], len(ids), H)                  # D6 Eq.(6), H from D1, N = n_U (A9)
-        rho_S = self.weights(tau[S], s)                           # D7 (L4, Eq.(10))
+        rho_S = self.weights(tau[S], s, len(ids))                 # D7 (L4, Eq.(10)); cap theta/n_U (A7)
         self.x = weighted_sum([by_id[ids[i]].vectors[0] for i in S], rho_S)   # D8
         rho = np.zeros(len(ids))
         rho[S] = rho_S
         return Aggregation({c: float(r) for c, r in zip(ids, rho)}, info,
-                           {"K": K, "H": H, "slope": s, "survivors": int(len(S)), **self.constants_info()})
+                           {"K": K, "H": H, "slope": s, "survivors": int(len(S)),
+                            **self.weight_info(rho_S, s, len(ids)), **self.constants_info()})
 
 
 register("algorithm", "dms", DmsParams,
