@@ -263,32 +263,47 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
         if run is None:
             rows.append(row)
             continue
-        m = mg.get(r["run"], run.metrics)
-        c = cg.get(r["run"], pd.DataFrame())
+        m_all = mg.get(r["run"], run.metrics)
+        c_all = cg.get(r["run"], pd.DataFrame())
         proto = _protocol(run)
         row.update(protocol=proto, rounds=r.get("rounds"), virtual_time=r.get("virtual_time"),
                    wall_time=r.get("wall_time"))
-        e = _evals(m, "test_acc")
-        row["final_acc"] = float(e["test_acc"].iloc[-1]) if len(e) else NAN
-        row["best_acc"] = float(e["test_acc"].max()) if len(e) else NAN
-        if target is not None:
-            hit = first_reach(m, target)
-            row["rounds_to_target"], row["time_to_target"] = hit["round"], hit["virtual_time"]
-        if budget is not None:
-            row["acc_at_budget"] = accuracy_at(m, budget)
-        row["auc"] = auc(m, until=horizon)
-        if len(c):
-            lat = round_latency(c, m, proto)
-            row.update(compute_s=float(lat["compute"].mean()), comm_s=float(lat["comm"].mean()),
-                       waiting_s=float(lat["waiting"].mean()), round_time_s=float(lat["round_time"].mean()))
-            row["straggler_share"] = straggler_share(c, m, protocol=proto)
-            row.update(participation_stats(c, proto))
-            count = ((run.config or {}).get("clients") or {}).get("count")
-            d = delay_stats(c, count, sorted(int(r) for r in m["round"].unique() if r >= 1) if len(m) else None)
-            row["tau_max"], row["tau_avg"] = d["tau_max"], d["tau_avg"]
-        row["heterogeneity"] = heterogeneity(m, c if len(c) else None)
-        rows.append(row)
+        models = sorted(m_all["model"].unique()) if "model" in m_all and m_all["model"].nunique() > 1 else [None]
+        base = row
+        for model in models:                       # multi-model runs: one row per model
+            row = dict(base)
+            if model is None:
+                m, c = m_all, c_all
+            else:
+                row["model"] = int(model)
+                m = m_all[m_all["model"] == model]
+                c = c_all[c_all["model"] == model] if "model" in c_all else c_all
+            rows.append(_run_row(row, m, c, run, proto, target, budget, horizon))
     return pd.DataFrame(rows)
+
+
+def _run_row(row, m, c, run, proto, target, budget, horizon) -> dict:
+    """The metrics of one run (one model of a multi-model run): m, c its metrics and clients."""
+    e = _evals(m, "test_acc")
+    row["final_acc"] = float(e["test_acc"].iloc[-1]) if len(e) else NAN
+    row["best_acc"] = float(e["test_acc"].max()) if len(e) else NAN
+    if target is not None:
+        hit = first_reach(m, target)
+        row["rounds_to_target"], row["time_to_target"] = hit["round"], hit["virtual_time"]
+    if budget is not None:
+        row["acc_at_budget"] = accuracy_at(m, budget)
+    row["auc"] = auc(m, until=horizon)
+    if len(c):
+        lat = round_latency(c, m, proto)
+        row.update(compute_s=float(lat["compute"].mean()), comm_s=float(lat["comm"].mean()),
+                   waiting_s=float(lat["waiting"].mean()), round_time_s=float(lat["round_time"].mean()))
+        row["straggler_share"] = straggler_share(c, m, protocol=proto)
+        row.update(participation_stats(c, proto))
+        count = ((run.config or {}).get("clients") or {}).get("count")
+        d = delay_stats(c, count, sorted(int(r) for r in m["round"].unique() if r >= 1) if len(m) else None)
+        row["tau_max"], row["tau_avg"] = d["tau_max"], d["tau_avg"]
+    row["heterogeneity"] = heterogeneity(m, c if len(c) else None)
+    return row
 
 
 COMPARE_METRICS = ["final_acc", "best_acc", "rounds_to_target", "time_to_target", "acc_at_budget", "auc",
@@ -305,6 +320,8 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
     by = list(by) if by else (study.axes or ["condition"])
     if not study.axes and by == ["condition"]:
         by = ["condition"]
+    if "model" in pr and pr["model"].notna().any() and "model" not in by:
+        by = by + ["model"]                        # multi-model runs: every model, not model 0
     rows = []
     for key, g in pr.groupby(by, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)

@@ -107,8 +107,7 @@ def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200,
     hue, col = roles(study, hue, col)
     series = _series(study, hue, col)
     m = study.metrics
-    if "model" in m and m["model"].nunique() > 1:
-        m = m[m["model"] == 0]
+    multi = "model" in m and m["model"].nunique() > 1      # a hue per model, not model 0 alone
     if m.empty or y not in m:
         return pd.DataFrame(columns=["run", hue, x, y])
     ends = m.groupby("run")[x].max()
@@ -116,9 +115,12 @@ def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200,
     grid = np.unique(np.round(np.linspace(0, top, min(points, int(top) + 1)))) if x == "round" \
         else np.linspace(0, top, points)
     frames = []
-    for run, g in m.groupby("run", sort=False):
+    for (run, model), g in m.groupby(["run", "model"] if multi else ["run", np.zeros(len(m), int)], sort=False):
         v = _resample(g, y, x, grid, float(ends[run]))
-        f = pd.DataFrame({x: grid, y: v, "run": run, hue: series.get(run, run)})
+        name = series.get(run, run)
+        f = pd.DataFrame({x: grid, y: v, "run": run, hue: f"{name} · model {model}" if multi else name})
+        if multi:
+            f["model"] = int(model)
         if col:
             f[col] = study.summary.set_index("run").loc[run, col]
         frames.append(f)

@@ -59,6 +59,7 @@ def _num(v, digits):
 
 def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
     """The compare frame as strings: mean ± std per metric."""
+    keys = list(keys) + (["model"] if "model" in cmp and "model" not in keys else [])   # every model of multi-model runs
     out = pd.DataFrame({k.split(".")[-1] if k != "condition" else "condition": cmp[k].astype(str) for k in keys})
     for col, title, digits in TABLE_COLUMNS:
         if col in cmp:

@@ -53,6 +53,8 @@ def check(world, metrics, clients) -> list:
     # aggregation weights sum to the rule's documented total; dropped clients weigh 0
     ran.append("weights")
     for log in rec.rounds:
+        if log.task < 0:          # multi-model: the round's idle clients
+            continue
         algo = world.tasks[log.task].algorithm
         wts = log.weight
         if (wts[log.dropped] != 0).any():

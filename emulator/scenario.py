@@ -111,6 +111,8 @@ def schema() -> type:
         partition: Optional[T["PartitionSpec"]] = Field(None, description="how the dataset is split (default: natural for datasets with their own split, else iid)")
         model: T["ModelSpec"] = Field(description="model block")
         batch_size: Annotated[Union[int, str], BeforeValidator(_batch_size)] = Field(32, description="local mini-batch size, or `full` for full-batch gradients")
+        algorithm: Optional[dict] = Field(None, description="multi-model runs: this model's overrides of the algorithm block (e.g. {lr: 0.01})")
+        local_steps: Optional[int] = Field(None, ge=1, description="multi-model runs: this model's local steps per round (default: the protocol's)")
 
     class Group(Params):
         """A device class: how many clients, how fast they compute, their links and availability."""
@@ -340,6 +342,16 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
     return sc
 
 
+def algorithm_for(sc, index: int):
+    """The algorithm block of model `index`: the scenario's, with the workload's overrides."""
+    wl = sc.workload_list[index]
+    if not wl.algorithm:
+        return sc.algorithm
+    merged = {**sc.algorithm.model_dump(), **wl.algorithm}
+    merged["name"] = sc.algorithm.name
+    return type(sc.algorithm).model_validate(merged)
+
+
 def cross_check(sc) -> list:
     """Checks across blocks, each located at the YAML path of the field to change:
     the algorithm runs under the protocol, several workloads only under a multi-model
@@ -356,6 +368,15 @@ def cross_check(sc) -> list:
             "no protocol trains several models yet"
         problems.append(("workloads", f"{len(sc.workloads)} workloads given, but protocol.name {proto!r} trains one "
                                       f"model (use `workload:`); {allowed}"))
+    for i, wl in enumerate(sc.workloads or []):
+        if wl.algorithm is not None:                   # the merged block must validate
+            try:
+                algorithm_for(sc, i)
+            except ValidationError as e:
+                for loc, msg in explain(e, dict(wl.algorithm), type(sc.algorithm)):
+                    problems.append((f"workloads[{i}].algorithm.{loc}" if loc else f"workloads[{i}].algorithm", msg))
+    if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
+        problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
     n = sc.clients.count
     sel = getattr(sc.protocol, "select", None)
     k = getattr(sel, "k", None)

@@ -82,7 +82,7 @@ PROTOCOLS = {"rounds": {"name": "rounds", "local_steps": 5},
     ("dms", "rounds", "intervals"),                 # the T-SFL rules run only under intervals
     ("tsfl_optimal", "async", "intervals"),
     ("fedasync", "rounds", "async"),                # FedAsync only under async
-    ("fedavg", "async", "intervals, rounds"),       # FedAvg under rounds and intervals, not async
+    ("fedavg", "async", "intervals, multi_model, rounds"),   # FedAvg under rounds, intervals, multi_model, not async
 ])
 def test_algorithm_protocol_mismatch_is_named(algo, protocol, supported):
     # not every algorithm runs under every protocol: a registered algorithm under a registered

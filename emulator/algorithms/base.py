@@ -132,7 +132,11 @@ class Algorithm:
         return self.x
 
     def lr(self, t: int) -> float:
-        """Local learning rate of round t (1-based): lr * lr_decay^(t-1)."""
+        """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
+        `lr_offset` b the decaying lr / (b + t) (multimodel.md 2.6: 30 / (100 + t))."""
+        b = getattr(self.p, "lr_offset", None)
+        if b is not None:
+            return self.p.lr / (b + t)
         return self.p.lr * (getattr(self.p, "lr_decay", 1.0) ** max(t - 1, 0))
 
 

@@ -11,7 +11,7 @@ Client (Alg. 1, ClientUpdate):      E local steps  w <- w - eta * grad l(w; b)  
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field
 
@@ -25,13 +25,14 @@ class FedAvgParams(Params):
     momentum: float = Field(0.0, ge=0, lt=1, description="local SGD momentum")
     weight_decay: float = Field(0.0, ge=0, description="local L2 weight decay")
     lr_decay: float = Field(1.0, gt=0, le=1, description="per-round factor: eta_t = lr * lr_decay^(t-1)")
+    lr_offset: Optional[float] = Field(None, gt=0, description="or eta_t = lr / (lr_offset + t) (t from 1; multi-model paper: 30 / (100 + t))")
     weighting: Literal["samples", "uniform"] = Field("samples", description="server weights n_k/m_t or 1/|S_t|")
     server_lr: float = Field(1.0, gt=0, description="server learning rate eta_g (1 = plain averaging)")
 
 
 class FedAvg(Algorithm):
     name = "fedavg"
-    supports = frozenset({"rounds", "intervals"})
+    supports = frozenset({"rounds", "intervals", "multi_model"})
 
     def local_rule(self, t: int) -> LocalRule:
         return LocalRule(lr=self.lr(t), momentum=self.p.momentum, weight_decay=self.p.weight_decay)

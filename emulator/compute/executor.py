@@ -158,12 +158,9 @@ class SequentialExecutor(Executor):
             else:
                 idx = rows[torch.from_numpy(b).to(rows.device)]
                 xb, yb = td.x[idx], td.y[idx]
-            w.requires_grad_(True)
-            loss = td.net.batch_loss(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
-            (g,) = torch.autograd.grad(loss, w)
-            w = w.detach()
+            loss, g = td.net.loss_and_grad(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
             self.stats.grad_evals += 1
-            lsum += loss.detach()
+            lsum += loss
             if gsum is not None:
                 gsum += g
             if h == 0 and spec.probe:
@@ -186,10 +183,8 @@ class SequentialExecutor(Executor):
     @staticmethod
     def _grad(td, w, xb, yb, buffers=None):
         """A gradient on the side (probes): BatchNorm statistics are updated on a throwaway copy."""
-        w = w.detach().requires_grad_(True)
         bufs = None if buffers is None else force(buffers).detach().clone()
-        (g,) = torch.autograd.grad(td.net.batch_loss(w, xb, yb, bufs), w)
-        return g
+        return td.net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
 
 
 class ExecutorParams(Params):

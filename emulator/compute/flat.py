@@ -77,6 +77,19 @@ class FlatModel:
             self.module.train(train)
         return functional_call(self.module, tensors, (x,))
 
+    def loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                      buffers: Optional[torch.Tensor] = None) -> tuple:
+        """(mean loss, its gradient at w) of a training batch: the module's own closed form
+        when it has one (the quadratic: `loss_and_grad(w, x)`), else autograd."""
+        closed = getattr(self.module, "loss_and_grad", None)
+        if closed is not None and not self.has_buffers:
+            with torch.no_grad():
+                return closed(w, x)
+        w = w.detach().requires_grad_(True)
+        loss = self.batch_loss(w, x, y, buffers)
+        (g,) = torch.autograd.grad(loss, w)
+        return loss.detach(), g
+
     def batch_loss(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                    buffers: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mean loss of a training batch (train mode: BatchNorm updates `buffers`)."""

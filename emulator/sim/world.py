@@ -118,8 +118,9 @@ class World:
         N = sc.clients.count
         self.num_clients = N
         multi = sc.workloads is not None
+        from ..scenario import algorithm_for
         self.tasks = [build_task(i, wl, f"workloads[{i}]" if multi else "workload", N, self.streams,
-                                 self.device, self.dtype, sc.algorithm, sc.run.eval_train)
+                                 self.device, self.dtype, algorithm_for(sc, i), sc.run.eval_train)
                       for i, wl in enumerate(sc.workload_list)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()
