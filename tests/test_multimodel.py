@@ -268,3 +268,21 @@ def test_workload_overrides_are_validated_with_their_path():
     with pytest.raises(ScenarioError) as e:
         scenario.load(sc)
     assert e.value.problems[0][0] == "workloads[1].algorithm.lr"
+
+
+def test_identical_workloads_share_their_client_data_but_not_their_init():
+    """`workloads` with the same dataset and partition are the same task (A20): the same
+    client data; a different dataset block draws its own; each model its own init."""
+    sc = tiny(**{"clients.count": 5})
+    wl = sc.pop("workload")
+    wl["partition"] = {"name": "dirichlet", "alpha": 0.3}
+    wl["dataset"] = {"name": "synthetic", "alpha": 1.0, "beta": 1.0}
+    other = dict(wl, dataset={"name": "synthetic", "alpha": 0.5, "beta": 1.0})
+    sc["workloads"] = [wl, copy.deepcopy(wl), other]
+    sc["protocol"] = {"name": "multi_model", "assignment": "mfa_rr", "local_steps": 1, "allow_unequal_groups": True,
+                      "init": "framework"}
+    w = World(scenario.load(sc))
+    a, b, c = (t.data for t in w.tasks)
+    assert np.array_equal(a.x_train, b.x_train) and all(np.array_equal(p, q) for p, q in zip(a.client_indices, b.client_indices))
+    assert a.x_train.shape != c.x_train.shape or not np.array_equal(a.x_train, c.x_train)
+    assert not torch.equal(w.tasks[0].algorithm.x, w.tasks[1].algorithm.x)

@@ -52,16 +52,23 @@ def group_sizes(clients_spec) -> list:
     return list(largest_remainder(np.array([g.fraction for g in gs]), clients_spec.count))
 
 
-def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train: bool = False) -> Task:
+def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train: bool = False,
+               data_key: Optional[int] = None) -> Task:
+    """Model `index` of the run. Its data and partition are drawn from streams keyed by
+    `data_key` (default `index`): workloads with the same dataset and partition blocks share
+    one key, so "the same task" trained as several models (multimodel.md A20) sees the same
+    client data, while each model keeps its own initialisation (keyed by `index`)."""
+    key = index if data_key is None else data_key
     ds_entry = registry.get("dataset", wl.dataset.name)
-    ctx = DatasetContext(N, streams.generator("data", index), streams.generator("partition", index, 1),
+    # fresh generators from the key's seeds (the same draws for every workload sharing it)
+    ctx = DatasetContext(N, streams.keyed("data", key), streams.keyed("partition", key, 1),
                          path=f"{path}.dataset")
     data = ds_entry.factory(wl.dataset, ctx)
     part = wl.partition
     if part is None:
         from ..scenario import member
         part = member("partition", "natural" if data.natural else "iid")
-    data = partition_data(data, part, N, streams.generator("partition", index), f"{path}.partition")
+    data = partition_data(data, part, N, streams.keyed("partition", key), f"{path}.partition")
     sizes = data.client_sizes()
     if (sizes == 0).any():
         raise ScenarioError([(f"{path}.partition", f"{int((sizes == 0).sum())} clients got no samples; "
@@ -119,9 +126,12 @@ class World:
         self.num_clients = N
         multi = sc.workloads is not None
         from ..scenario import algorithm_for
+        wls = sc.workload_list
+        same = [next(j for j in range(i + 1) if (wls[j].dataset, wls[j].partition) == (wl.dataset, wl.partition))
+                for i, wl in enumerate(wls)]
         self.tasks = [build_task(i, wl, f"workloads[{i}]" if multi else "workload", N, self.streams,
-                                 self.device, self.dtype, algorithm_for(sc, i), sc.run.eval_train)
-                      for i, wl in enumerate(sc.workload_list)]
+                                 self.device, self.dtype, algorithm_for(sc, i), sc.run.eval_train, same[i])
+                      for i, wl in enumerate(wls)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()
         self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
