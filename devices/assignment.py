@@ -24,10 +24,14 @@ from typing import Optional
 import numpy as np
 
 
-def split(clients: np.ndarray, M: int, allow_unequal: bool = True) -> list:
-    """M groups of sizes ceil / floor (array_split order, spec 2.5)."""
+def split(clients: np.ndarray, M: int, allow_unequal: bool = True, K: Optional[int] = None) -> list:
+    """M groups of sizes ceil / floor (array_split order, spec 2.5). Equal groups only (A5): K
+    itself must split (the scenario validation sees to it); a round with fewer clients online
+    leaves the last ones of the (random) order out, so that the groups stay equal."""
     if not allow_unequal and len(clients) % M:
-        raise ValueError(f"{len(clients)} clients do not split into {M} equal groups")
+        if K is not None and len(clients) >= K:
+            raise ValueError(f"{len(clients)} clients do not split into {M} equal groups")
+        clients = np.asarray(clients)[: len(clients) - len(clients) % M]
     return [np.asarray(g, dtype=np.int64) for g in np.array_split(np.asarray(clients, dtype=np.int64), M)]
 
 
@@ -49,7 +53,7 @@ class MfaRand:
 
     def assign(self, t: int, available, rng: np.random.Generator) -> list:
         chosen = sample(available, self.K, rng)                   # pi = permutation of the participants
-        chunks = split(chosen, self.M, self.allow_unequal)
+        chunks = split(chosen, self.M, self.allow_unequal, self.K)
         sigma = rng.permutation(self.M)                           # random matching of groups to models
         return [np.sort(chunks[sigma[m]]) for m in range(self.M)]
 
@@ -66,7 +70,7 @@ class MfaRR:
     def assign(self, t: int, available, rng: np.random.Generator) -> list:
         u0 = (t - 1) % self.M
         if u0 == 0 or not self.groups or self.resample == "round":   # a new frame (A2: t - 1 mod M = 0)
-            self.groups = split(sample(available, self.K, rng), self.M, self.allow_unequal)
+            self.groups = split(sample(available, self.K, rng), self.M, self.allow_unequal, self.K)
         online = np.asarray(available, dtype=np.int64)
         return [np.sort(np.intersect1d(self.groups[(m - u0) % self.M], online))
                 for m in range(self.M)]

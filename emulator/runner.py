@@ -120,8 +120,9 @@ def energy_summary(world, clients: pd.DataFrame) -> dict:
         e = log.extra.get("energy_j")
         if e is None:
             continue
+        of_row = groups[log.clients()]          # a log may hold a few clients (async, multi-model)
         for g in np.unique(groups):
-            by_group[g] = by_group.get(g, 0.0) + float(np.nansum(e[groups == g]))
+            by_group[g] = by_group.get(g, 0.0) + float(np.nansum(e[of_row == g]))
     return {"energy_j_total": float(sum(by_group.values())), "energy_j_by_group": by_group}
 
 

@@ -392,6 +392,14 @@ def cross_check(sc) -> list:
     wk = getattr(wait, "k", None)
     if wk is not None and wk > n:
         problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
+    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (multimodel.md A5)
+    M = len(sc.workload_list)
+    if assignment in ("mfa_rand", "mfa_rr") and M > 1 and not sc.protocol.allow_unequal_groups:
+        K = sc.protocol.k if sc.protocol.k is not None else n
+        if K % M:
+            problems.append(("protocol.k" if sc.protocol.k is not None else "clients.count",
+                             f"{K} clients per round do not split into {M} equal groups (one per model); "
+                             f"set protocol.allow_unequal_groups: true for sizes that differ by one"))
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}

@@ -140,7 +140,8 @@ class World:
         self.group_members = []
         for gi in range(len(self.groups)):
             members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
-            self.group_members.append((members, self.clients[members[0]].availability))
+            if len(members):         # a group whose fraction rounds to no client has no one to be online
+                self.group_members.append((members, self.clients[members[0]].availability))
         self.time_availability = any(m.kind == "time" for _, m in self.group_members)
         self._check_flops()
         proto = registry.get("protocol", sc.protocol.name)
