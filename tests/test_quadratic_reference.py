@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulator.workloads.datasets import quadratic_problem
+from emulator.workloads.datasets import quadratic_problem_dense as quadratic_problem
 from conftest import quadratic_scenario
 
 

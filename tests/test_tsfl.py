@@ -566,7 +566,7 @@ def test_t8_equal_tau_equivalences(run_in):
 def test_t10_aggregation_identity(run_in):
     """sum rho_i w_i^t = w^t - eta sum_i rho_i sum_h grad F_i(w_{i,h}^t), with the emulator's
     recorded weights, for DMS and FedAvg weights (float64, exact gradients)."""
-    from emulator.workloads.datasets import quadratic_problem
+    from emulator.workloads.datasets import quadratic_problem_dense as quadratic_problem
     taus = [1, 2, 2, 4, 5]
     for algo, kw in (("dms", {"constants": {"mode": "proportional"}}), ("fedavg", {})):
         res = run_in(quad_intervals(algo, taus, rounds=1, **kw), algo)

@@ -60,7 +60,7 @@ def test_synthetic_dataset_natural_split():
 
 # -------------------------------------------------------------------------------- quadratic
 def test_quadratic_problem_structure():
-    A, b, w_star, f_star, F = D.quadratic_problem(24, 4, 2e-4)
+    A, b, w_star, f_star, F = D.quadratic_problem_dense(24, 4, 2e-4)
     N, d = 24, 97
     assert A.shape == (N, d, d) and b.shape == (N, d)
     Lap = A.sum(0).copy()
@@ -81,7 +81,7 @@ def test_quadratic_problem_structure():
 def test_quadratic_model_gradient_is_exact():
     p = scenario.member("dataset", "quadratic", block=3, mu=0.1)
     d = D.quadratic(p, ctx(5))
-    m = M.QuadraticModel(d.extra["A"], d.extra["b"], 0.1).double()
+    m = M.QuadraticModel(d.extra["blocks"], d.extra["offsets"], d.extra["b"], 0.1).double()
     w = torch.randn(d.extra["dim"], dtype=torch.float64)
     for k in range(5):
         x = torch.as_tensor(d.x_train[d.client_indices[k]], dtype=torch.float64)
@@ -89,7 +89,11 @@ def test_quadratic_model_gradient_is_exact():
         from torch.func import functional_call
         loss = functional_call(m, {"w": wp}, (x,)).mean()
         (g,) = torch.autograd.grad(loss, wp)
-        ref = d.extra["A"][k] @ w.numpy() - d.extra["b"][k] + 0.1 * w.numpy()
+        A_k = D.dense_block(d.extra["blocks"], d.extra["offsets"], d.extra["dim"], k)
+        ref = A_k @ w.numpy() - d.extra["b"][k] + 0.1 * w.numpy()
+        loss_c, g_c = m.loss_and_grad(w, x)                      # the closed form agrees
+        np.testing.assert_allclose(g_c.numpy(), ref, rtol=1e-12, atol=1e-12)
+        assert float(loss_c) == pytest.approx(float(loss), rel=1e-12)
         np.testing.assert_allclose(g.numpy(), ref, rtol=1e-12, atol=1e-12)
 
 
@@ -166,3 +170,20 @@ def test_npz_loader_channels_last(tmp_path):
     np.savez(tmp_path / "m.npz", x_train=np.zeros((3, 4, 4)))
     with pytest.raises(ScenarioError, match="lacks arrays"):
         D.npz(scenario.member("dataset", "npz", path=str(tmp_path / "m.npz")), ctx())
+
+
+def test_quadratic_closed_form_gradient_with_noise_samples_matches_autograd():
+    """Several (client, noise) samples per batch: the block-wise closed form (index_add) equals
+    autograd through the module's forward."""
+    from torch.func import functional_call
+    p = scenario.member("dataset", "quadratic", block=3, mu=0.1, grad_noise=0.5, noise_samples=4)
+    d = D.quadratic(p, ctx(5))
+    m = M.QuadraticModel(d.extra["blocks"], d.extra["offsets"], d.extra["b"], 0.1).double()
+    w = torch.randn(d.extra["dim"], dtype=torch.float64)
+    x = torch.as_tensor(d.x_train[np.r_[0, 3, 5, 9, 14, 18]], dtype=torch.float64)   # mixed clients
+    wp = w.clone().requires_grad_(True)
+    loss = functional_call(m, {"w": wp}, (x,)).mean()
+    (g,) = torch.autograd.grad(loss, wp)
+    lc, gc = m.loss_and_grad(w, x)
+    np.testing.assert_allclose(gc.numpy(), g.numpy(), rtol=1e-12, atol=1e-12)
+    assert float(lc) == pytest.approx(float(loss), rel=1e-12)

@@ -187,36 +187,65 @@ class QuadraticParams(Params):
 
 
 def quadratic_problem(num_clients: int, block: int, mu: float):
-    """The multi-model paper's quadratic (workloads.md 1.4): A_k, b_k, w*, F*."""
+    """The multi-model paper's quadratic (workloads.md 1.4): client k's A_k is zero outside
+    the (p+1) x (p+1) block at rows / columns k p .. k p + p, so it is stored as that block
+    and its offset (N blocks, not a dense (N, d, d) array: ~1 GB at N = 200); b_k = e_1 for
+    k = 0, else 0. Returns (blocks, offsets, b, w*, F*, F)."""
     N, p = num_clients, block
     d = N * p + 1
     Lp = np.diag(np.r_[1.0, np.full(p - 1, 2.0), 1.0]) - np.eye(p + 1, k=1) - np.eye(p + 1, k=-1)
-    A = np.zeros((N, d, d))
+    blocks = np.repeat(Lp[None], N, axis=0)
+    offsets = np.arange(N, dtype=np.int64) * p
+    blocks[0, 0, 0] += 1.0                       # A_1 = B_1 + E_{1,1}
+    blocks[N - 1, p, p] += 1.0                   # A_N = B_N + E_{d,d}
     b = np.zeros((N, d))
-    for k in range(N):
-        s = k * p
-        A[k, s:s + p + 1, s:s + p + 1] = Lp
-    A[0, 0, 0] += 1.0
-    A[N - 1, d - 1, d - 1] += 1.0
     b[0, 0] = 1.0
-    A_sum, b_sum = A.sum(0), b.sum(0)
+    A_sum = block_sum(blocks, offsets, d)
+    b_sum = b.sum(0)
     w_star = np.linalg.solve(A_sum + N * mu * np.eye(d), b_sum)
 
     def F(w):
         w = np.asarray(w, dtype=np.float64)
         return float((w @ A_sum @ w - 2 * b_sum @ w) / (2 * N) + mu / 2 * w @ w)
 
-    return A, b, w_star, F(w_star), F
+    return blocks, offsets, b, w_star, F(w_star), F
+
+
+def block_sum(blocks: np.ndarray, offsets: np.ndarray, d: int) -> np.ndarray:
+    """sum_k A_k as a dense (d, d) matrix, from each client's block and offset."""
+    q = blocks.shape[1]
+    out = np.zeros((d, d))
+    for B, s in zip(blocks, offsets):
+        out[s:s + q, s:s + q] += B
+    return out
+
+
+def quadratic_problem_dense(num_clients: int, block: int, mu: float):
+    """quadratic_problem with every A_k dense: (A (N, d, d), b, w*, F*, F), for tests and
+    small problems."""
+    blocks, offsets, b, w_star, f_star, F = quadratic_problem(num_clients, block, mu)
+    d = b.shape[1]
+    A = np.stack([dense_block(blocks, offsets, d, k) for k in range(num_clients)])
+    return A, b, w_star, f_star, F
+
+
+def dense_block(blocks, offsets, d: int, k: int) -> np.ndarray:
+    """Client k's A_k as a dense (d, d) matrix (tests, small problems)."""
+    q = blocks.shape[1]
+    out = np.zeros((d, d))
+    out[offsets[k]:offsets[k] + q, offsets[k]:offsets[k] + q] = blocks[k]
+    return out
 
 
 @register("dataset", "quadratic", QuadraticParams,
           "the multi-model paper's strongly convex quadratic: client k owns (A_k, b_k); w* exact")
 def quadratic(p: QuadraticParams, ctx: DatasetContext) -> FederatedData:
     N = ctx.num_clients
-    A, b, w_star, f_star, F = quadratic_problem(N, p.block, p.mu)
-    d = A.shape[1]
+    blocks, offsets, b, w_star, f_star, F = quadratic_problem(N, p.block, p.mu)
+    d = b.shape[1]
     return _quadratic_data("quadratic", N, d, p.grad_noise, p.noise_samples, ctx,
-                           dict(A=A, b=b, mu=p.mu, w_star=w_star, f_star=f_star, F=F, dim=d))
+                           dict(blocks=blocks, offsets=offsets, b=b, mu=p.mu, w_star=w_star, f_star=f_star,
+                                F=F, dim=d))
 
 
 def _quadratic_data(name, N, d, grad_noise, noise_samples, ctx, extra) -> FederatedData:
@@ -277,7 +306,7 @@ def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> Federated
     else:
         raise ScenarioError([(P, "give a and c (one row per client), or dim to draw them")])
     d = a.shape[1]
-    A = np.stack([np.diag(row) for row in a])
+    blocks = np.stack([np.diag(row) for row in a])   # one d x d block per client, at offset 0
     b = a * c                                        # A_i c_i
     const = 0.5 * (a * c * c).sum(1)                # 1/2 c_i^T A_i c_i: the model's loss is f_i itself
     w_star = (a * c).sum(0) / a.sum(0)               # grad f = 0: (sum A_i) w = sum A_i c_i
@@ -292,8 +321,8 @@ def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> Federated
             raise ScenarioError([(f"{P}.init", f"{len(p.init)} numbers for dimension {d}")])
         init = np.asarray(p.init, float)
     return _quadratic_data("client_quadratic", N, d, p.grad_noise, p.noise_samples, ctx,
-                           dict(A=A, b=b, mu=0.0, const=const, init=init, w_star=w_star,
-                                f_star=F(w_star), F=F, dim=d, a=a, c=c))
+                           dict(blocks=blocks, offsets=np.zeros(N, dtype=np.int64), b=b, mu=0.0, const=const,
+                                init=init, w_star=w_star, f_star=F(w_star), F=F, dim=d, a=a, c=c))
 
 
 # --------------------------------------------------------------------------- user files

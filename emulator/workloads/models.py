@@ -222,60 +222,74 @@ def resnet18(p, ctx):
 class QuadraticModel(nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
     F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (workloads.md 1.4;
-    client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k))."""
+    client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k)).
+    A_k is stored as its nonzero q x q block at offset s_k (rows and columns s_k .. s_k + q - 1)."""
 
     loss = "direct"
 
-    def __init__(self, A: np.ndarray, b: np.ndarray, mu: float, const=None, init=None):
+    def __init__(self, blocks: np.ndarray, offsets: np.ndarray, b: np.ndarray, mu: float, const=None, init=None):
         super().__init__()
+        d = b.shape[1]
         # float64 here: the run's dtype is applied by FlatModel (.to), so a float64 run keeps
         # every digit of A, b, c (float32 first would round them)
-        w0 = torch.zeros(A.shape[1], dtype=torch.float64) if init is None else torch.as_tensor(init, dtype=torch.float64)
+        w0 = torch.zeros(d, dtype=torch.float64) if init is None else torch.as_tensor(init, dtype=torch.float64)
         self.w = nn.Parameter(w0)
         # plain attributes, not buffers: constants of the objective, moved by _apply
-        self.A = torch.as_tensor(A, dtype=torch.float64)
+        self.B = torch.as_tensor(blocks, dtype=torch.float64)
         self.b = torch.as_tensor(b, dtype=torch.float64)
-        self.const = torch.as_tensor(np.zeros(A.shape[0]) if const is None else const, dtype=torch.float64)
+        self.const = torch.as_tensor(np.zeros(len(b)) if const is None else const, dtype=torch.float64)
         self.mu = float(mu)
+        self.q = int(self.B.shape[1])
+        self.offsets = [int(o) for o in np.asarray(offsets)]
+        self.index = torch.as_tensor(np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(self.q)[None, :])
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
-        self.A, self.b, self.const = fn(self.A), fn(self.b), fn(self.const)
+        self.B, self.b, self.const = fn(self.B), fn(self.b), fn(self.const)
+        self.index = self.index.to(self.B.device)
         return self
 
     def loss_and_grad(self, w, x):
         """Mean loss of a batch and its exact gradient at w, in closed form (no autograd:
-        the per-step cost of the quadratic is then the matrix-vector products themselves):
+        the per-step cost of the quadratic is then the block products themselves):
         grad F_k(w) = A_k w - (b_k + xi) + mu w."""
         if x.shape[0] == 1 and x.shape[1] == 1:            # one client, exact gradient: the common case
             k = int(x[0, 0])
-            g = torch.mv(self.A[k], w) - self.b[k]
-            loss = 0.5 * torch.dot(g - self.b[k], w) + 0.5 * self.mu * torch.dot(w, w) + self.const[k]
-            return loss, g.add_(w, alpha=self.mu)
+            s = self.offsets[k]
+            wb = w[s:s + self.q]
+            Bw = torch.mv(self.B[k], wb)
+            g = w * self.mu - self.b[k]
+            g[s:s + self.q] += Bw
+            loss = 0.5 * torch.dot(wb, Bw) - torch.dot(self.b[k], w) + 0.5 * self.mu * torch.dot(w, w) + self.const[k]
+            return loss, g
         k = x[:, 0].long()
-        Aw = torch.einsum("nij,j->ni", self.A[k], w)
+        idx = self.index[k]                                # (n, q)
+        wb = w[idx]
+        Bw = torch.einsum("nij,nj->ni", self.B[k], wb)
         lin = self.b[k]
         if x.shape[1] > 1:
             lin = lin + x[:, 1:].to(w.dtype)
-        loss = (0.5 * (Aw @ w) - lin @ w + 0.5 * self.mu * (w @ w) + self.const[k]).mean()
-        return loss, (Aw - lin).mean(0) + self.mu * w
+        loss = (0.5 * (wb * Bw).sum(1) - lin @ w + 0.5 * self.mu * (w @ w) + self.const[k]).mean()
+        g = torch.zeros_like(w).index_add_(0, idx.reshape(-1), Bw.reshape(-1)) / len(k)
+        return loss, g - lin.mean(0) + self.mu * w
 
     def forward(self, x):
         k = x[:, 0].long()
         w = self.w
-        Aw = torch.einsum("nij,j->ni", self.A[k], w)
+        wb = w[self.index[k]]                             # (n, q): the block's coordinates
+        quad = 0.5 * torch.einsum("ni,nij,nj->n", wb, self.B[k], wb)
         lin = self.b[k]
         if x.shape[1] > 1:
             lin = lin + x[:, 1:].to(w.dtype)
-        return 0.5 * (Aw @ w) - lin @ w + 0.5 * self.mu * (w @ w) + self.const[k]
+        return quad - lin @ w + 0.5 * self.mu * (w @ w) + self.const[k]
 
 
 @register("model", "quadratic", NoParams, "parameters = w of the quadratic dataset (its only model)")
 def quadratic_model(p, ctx):
-    if "A" not in ctx.extra:
+    if "blocks" not in ctx.extra:
         raise ScenarioError([(f"{ctx.path}.name", "model quadratic needs dataset quadratic or client_quadratic")])
     e = ctx.extra
-    return QuadraticModel(e["A"], e["b"], e["mu"], e.get("const"), e.get("init"))
+    return QuadraticModel(e["blocks"], e["offsets"], e["b"], e["mu"], e.get("const"), e.get("init"))
 
 
 def loss_kind(module: nn.Module) -> str:
