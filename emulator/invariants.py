@@ -36,10 +36,10 @@ def check(world, metrics, clients) -> list:
             missing = sorted(rows - set(seen))[:3]
             bad.append(f"aggregations recorded in clients.csv {extra} without a metrics row, "
                        f"metrics rows {missing} without their clients")
-    if world.rounds_done > 0:
-        for task in world.tasks:
-            if not any(log.task == task.index for log in rec.aggregations()):
-                bad.append(f"model {task.index} ({task.path}) was never aggregated")
+    due = world.protocol.models_due()      # every model, or those a multi-model run gave clients to
+    for task in world.tasks:
+        if task.index in due and not any(log.task == task.index for log in rec.aggregations()):
+            bad.append(f"model {task.index} ({task.path}) was never aggregated")
     for log in rec.rounds:
         ids = log.clients()
         if len(np.unique(ids)) != len(ids):

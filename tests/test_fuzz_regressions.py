@@ -105,3 +105,122 @@ def test_fewer_clients_online_than_split_equally_sit_the_remainder_out(run_in):
     for r in odd[odd].index:
         idle = c[(c["round"] == r) & (c["model"] == -1) & c["available"]]
         assert len(idle) == 1                                   # one online client sat it out
+
+
+@pytest.fixture
+def deadline():
+    """Fail (instead of hanging the suite) when a run takes longer than `seconds` of wall time:
+    the bugs below were infinite loops."""
+    import signal
+
+    class TooLong(Exception):
+        pass
+
+    def arm(seconds):
+        def ring(*_):
+            raise TooLong(f"still running after {seconds} s: an infinite loop")
+        signal.signal(signal.SIGALRM, ring)
+        signal.alarm(seconds)
+    yield arm
+    signal.alarm(0)
+
+
+def _instant(sc):
+    for g in sc["clients"]["groups"]:
+        g["compute"], g["network"] = {"model": "instant"}, {"model": "instant"}
+    return sc
+
+
+@pytest.mark.parametrize("protocol, algorithm, multi", [
+    ({"name": "rounds", "local_steps": 1}, "fedavg", False),
+    ({"name": "async", "local_steps": 1}, "fedasync", False),
+    ({"name": "multi_model", "local_steps": 1, "assignment": "mfa_rand"}, "fedavg", True),
+])
+def test_zero_time_rounds_under_a_virtual_time_budget_stall(run_in, deadline, protocol, algorithm, multi):
+    """Every step and transfer instant and only `run.virtual_time` given: time never passes, so
+    the budget is never reached; the run used to loop forever. It stalls after 1,000
+    aggregations at one virtual time, keeping what it recorded."""
+    sc = _instant(tiny(**{"clients.count": 2, "protocol": protocol, "algorithm": {"name": algorithm, "lr": 0.1},
+                          "run": {"virtual_time": 5.0, "eval_every": 10**6}}))
+    if multi:
+        sc["workloads"] = [sc.pop("workload")] * 2
+    deadline(60)
+    res = run_in(sc)
+    s = res.summary
+    assert s["status"] == "stalled" and "virtual time" in s["message"] and s["virtual_time"] == 0.0
+    assert 1000 <= s["rounds"] <= 1001
+    assert res.metrics["virtual_time"].max() == 0.0
+
+
+def test_rounds_wait_in_time_only_for_clients_whose_availability_is_in_time(run_in, deadline, tmp_path):
+    """A per-round group offline this round next to a continuous-time group offline now: the
+    round used to wait forever at one instant (the per-round group answered `next online: now`).
+    It waits for the continuous-time client, then runs rounds nobody joins once it is gone."""
+    trace = tmp_path / "online.csv"
+    trace.write_text("client,start,end\n0,0.5,0.58\n")
+    sc = tiny(**{"clients.count": 3, "protocol.select": {"model": "all"}})
+    g = {k: v for k, v in sc["clients"]["groups"][0].items() if k != "fraction"}
+    sc["clients"]["groups"] = [
+        dict(g, name="per_round", count=2, availability={"model": "bernoulli", "p": 0.0}),
+        dict(g, name="in_time", count=1, network={"model": "instant"}, compute={"model": "constant", "step_time": 0.01},
+             availability={"model": "trace", "path": str(trace), "repeat": False})]
+    deadline(60)
+    res = run_in(sc)
+    assert res.summary["status"] == "complete" and res.summary["rounds"] == 3
+    m = res.metrics.set_index("round")
+    assert m.loc[1, "virtual_time"] == pytest.approx(0.55) and m.loc[1, "participants"] == 1
+    assert m.loc[2, "virtual_time"] == pytest.approx(0.58) and m.loc[2, "participants"] == 0   # went offline
+    assert m.loc[3, "participants"] == 0 and m.loc[3, "virtual_time"] == m.loc[2, "virtual_time"]
+
+
+@pytest.mark.parametrize("wait, status", [("all", "stalled"), ({"mode": "deadline", "seconds": 1.0}, "complete")])
+def test_a_client_that_completes_no_step_never_finishes_its_round(run_in, deadline, wait, status):
+    """`iterations` with 0 per period outside `intervals`: each step takes forever. The compute
+    used to be a SimPy timeout at t = inf (virtual time and compute_time became inf). Now the
+    client is busy for good: waiting for it stalls the run, a deadline drops it as late."""
+    sc = tiny(**{"clients.count": 2, "protocol.select": {"model": "all"}, "protocol.wait": wait,
+                 "run.rounds": 2})
+    g = {k: v for k, v in sc["clients"]["groups"][0].items() if k != "fraction"}
+    sc["clients"]["groups"] = [dict(g, name="ok", count=1),
+                               dict(g, name="stuck", count=1, compute={"model": "iterations", "fixed": 0})]
+    deadline(60)
+    res = run_in(sc)
+    s = res.summary
+    assert s["status"] == status and np.isfinite(s["virtual_time"])
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert np.isfinite(c["compute_time"]).all()
+    stuck = c[c["client"] == 1]
+    assert (stuck["steps"] == 0).all() and (stuck["weight"] == 0).all()
+    if status == "stalled":
+        assert s["rounds"] == 0 and "nothing left to happen" in s["message"]
+    else:
+        assert s["rounds"] == 2 and (stuck["drop_reason"] == "late").all()
+
+
+def test_async_clients_all_waiting_for_a_merge_stall(run_in, deadline):
+    """Per-round availability under async: an offline client retries at the next merge. With every
+    client offline at its first try nobody works towards a merge; SimPy used to raise 'No
+    scheduled events left' (a crash). The run stalls."""
+    sc = tiny(**{"clients.count": 2, "protocol": {"name": "async", "local_steps": 1},
+                 "algorithm": {"name": "fedasync", "lr": 0.1}})
+    sc["clients"]["groups"][0]["availability"] = {"model": "bernoulli", "p": 0.0}
+    deadline(60)
+    res = run_in(sc)
+    assert res.summary["status"] == "stalled" and res.summary["rounds"] == 0
+
+
+@pytest.mark.parametrize("proto", [
+    {"assignment": "mfa_rand", "allow_unequal_groups": True},    # one client, two models, one round
+    {"assignment": "sequential"},                                 # model 1's turn never comes
+])
+def test_a_multi_model_run_too_short_to_train_every_model_is_no_invariant_violation(run_in, proto):
+    """The invariant 'every model was aggregated' raised on runs where a model could not have
+    been trained (fewer clients than models in every round, or a sequential run shorter than
+    the first model's rounds). It now asks it of the models the protocol assigned clients to."""
+    sc = _mm(1, **proto)
+    sc["run"] = {"rounds": 1}
+    sc["protocol"]["rounds_per_model"] = 2
+    res = run_in(sc)
+    assert res.summary["status"] == "complete"
+    m = res.metrics[res.metrics["round"] >= 1]
+    assert m["model"].nunique() == 1

@@ -153,6 +153,7 @@ class World:
         for t in self.tasks:
             self.keep_last_good(t)
         self.status, self.message = "running", None
+        self._still_at, self._still = -math.inf, 0      # should_stop: aggregations without time passing
 
     # -- construction -----------------------------------------------------------------
     def _build_clients(self) -> list:
@@ -201,10 +202,22 @@ class World:
         return cls(tasks, self.streams, self.device, self.sc.executor)
 
     # -- running --------------------------------------------------------------------
+    #: aggregations in a row at one virtual time after which a run with only a virtual-time
+    #: budget stalls (every step and transfer instant: the budget would never be reached)
+    STILL_LIMIT = 1000
+
     def should_stop(self) -> bool:
         r = self.sc.run
-        return (r.rounds is not None and self.rounds_done >= r.rounds) or \
-               (r.virtual_time is not None and self.env.now >= r.virtual_time)
+        if r.rounds is None and self.status == "running":
+            if self.env.now > self._still_at:
+                self._still_at, self._still = self.env.now, 0
+            else:
+                self._still += 1
+                if self._still >= self.STILL_LIMIT:
+                    self.stall(f"{self._still} aggregations in a row at virtual time {self.env.now:g}: nothing "
+                               "takes virtual time, so run.virtual_time is never reached (give run.rounds)")
+        return self.status == "stalled" or (r.rounds is not None and self.rounds_done >= r.rounds) or \
+            (r.virtual_time is not None and self.env.now >= r.virtual_time)
 
     def run(self) -> None:
         self.wall0 = time.perf_counter()
@@ -226,6 +239,11 @@ class World:
                 self.status = "complete"
         except DivergedError as e:
             self.status, self.message = "diverged", str(e)
+        except RuntimeError as e:       # SimPy: the event queue ran dry before the run ended
+            if not str(e).startswith("No scheduled events left"):
+                raise
+            self.stall(f"nothing left to happen at virtual time {self.env.now:g}: every client waits on work "
+                       "that never ends or on an aggregation that cannot come")
 
     def stall(self, why: str) -> None:
         """The run cannot make progress: stop it (status `stalled`), keeping what was recorded."""

@@ -146,6 +146,11 @@ class Protocol:
         """Protocol-specific figures for summary.json (default none)."""
         return {}
 
+    def models_due(self) -> set:
+        """The models this run must have aggregated (a post-run invariant): every model once a
+        round ran; a protocol that assigns clients to models says which it gave clients to."""
+        return {t.index for t in self.world.tasks} if self.world.rounds_done > 0 else set()
+
     # -- helpers ----------------------------------------------------------------------
     def set_state(self, client, state: State, round_: int, detail: str = "") -> None:
         """A recorded state transition (events.csv, with `output.events: true`)."""
@@ -161,6 +166,23 @@ class Protocol:
         from ...compute.batches import steps_per_epoch
         spe = steps_per_epoch(int(task.client_sizes[client_id]), task.batch_size)
         return max(1, int(math.ceil(p.local_epochs * spe - 1e-9)))
+
+    def wait_for_someone(self):
+        """Nobody is online for the next round: advance to the earliest time a client whose
+        availability runs in continuous time comes online (one timeout). Returns True when time
+        moved; False when waiting cannot help (per-round models decide per round, whatever the
+        time: the round runs, perhaps empty); None when no client will ever be online again (the
+        run stalls)."""
+        now = self.env.now
+        timed = [c for c in self.world.clients if c.availability.kind == "time"]
+        nxt = min((c.availability.next_online(c.id, now) for c in timed), default=math.inf)
+        if now < nxt < math.inf:
+            yield self.env.timeout(nxt - now)
+            return True
+        if math.isinf(nxt) and len(timed) == len(self.world.clients):
+            self.world.stall("no client will ever be online again")
+            return None
+        return False
 
     def offline_watch(self, client):
         """An event that fires when the client's current online period ends (None: never
@@ -244,8 +266,8 @@ class Protocol:
         work.unit = steps if record_steps is None else record_steps
         work.unit_floor = unit_floor or 0.0
         self.set_state(c, State.COMPUTING, work.t, f"{steps} steps")
-        if duration > 0:
-            yield from self._wait(work, env.timeout(duration))
+        if duration > 0:             # an infinite step time never ends: an event that never fires
+            yield from self._wait(work, env.timeout(duration) if math.isfinite(duration) else env.event())
         log, i = work.log, work.row
         log.steps[i] = work.unit
         log.compute_time[i] = duration

@@ -19,7 +19,6 @@ for a `sequential` run, each model's own T_1 and its virtual time).
 """
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional, Union
 
 import numpy as np
@@ -90,6 +89,7 @@ class MultiModel(Protocol):
         self.series = {m: ([], [], []) for m in range(M)}   # model -> evaluated (rounds, values, times)
         self.all_hit = None       # (T_P, virtual time) once every model met its target
         self.model_start = {}     # sequential: model -> (first round, virtual time it started)
+        self.due = set()          # models some round assigned clients to (they must be aggregated)
 
     # -- the round --------------------------------------------------------------------------
     def process(self):
@@ -97,12 +97,11 @@ class MultiModel(Protocol):
         t = 0
         while not w.should_stop():
             if w.time_availability and not len(self.available(t + 1)):
-                nxt = min(c.availability.next_online(c.id, self.env.now) for c in w.clients)
-                if math.isinf(nxt):
-                    w.stall("no client will ever be online again")
+                moved = yield from self.wait_for_someone()
+                if moved is None:
                     return
-                yield self.env.timeout(max(nxt - self.env.now, 0.0))
-                continue
+                if moved:
+                    continue
             t += 1
             yield from self.round(t)
             if self.p.gain.stop_at_target and self.all_hit is not None:
@@ -115,6 +114,7 @@ class MultiModel(Protocol):
         start = env.now
         avail = self.available(t)
         groups = self.assigner.assign(t, avail, self.rng)
+        self.due.update(m for m, g in enumerate(groups) if len(g))
         busy = np.concatenate(groups) if groups else np.zeros(0, np.int64)
         idle = np.setdiff1d(np.arange(w.num_clients), busy)
         idle_log = w.recorder.round_log(t, task=-1, ids=idle)
@@ -180,6 +180,9 @@ class MultiModel(Protocol):
         if wl.local_steps is not None:
             return lambda cid: int(wl.local_steps)
         return lambda cid: self.local_steps(cid, task)
+
+    def models_due(self) -> set:
+        return set(self.due)
 
     # -- hitting times and the gain ------------------------------------------------------------
     def targets(self) -> Optional[list]:

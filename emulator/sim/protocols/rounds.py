@@ -8,7 +8,6 @@ are stopped and recorded as dropped (`late`); offline clients are recorded as dr
 """
 from __future__ import annotations
 
-import math
 from typing import Annotated, Literal, Union
 
 from pydantic import BeforeValidator, Field
@@ -54,26 +53,17 @@ class Rounds(Protocol):
         self.last_participants = 0
         self.background = Background(self)
 
-    def wait_for_someone(self):
-        """Nobody is online: advance to the earliest time a client comes online (one timeout)."""
-        now = self.env.now
-        nxt = min(c.availability.next_online(c.id, now) for c in self.world.clients)
-        if math.isinf(nxt):
-            self.world.stall("no client will ever be online again")
-            return False
-        yield self.env.timeout(max(nxt - now, 0.0))
-        return True
-
     def process(self):
         w = self.world
         t = 0
         empty_streak = 0
         while not w.should_stop():
             if w.time_availability and not len(self.available(t + 1)):
-                ok = yield from self.wait_for_someone()
-                if not ok:
+                moved = yield from self.wait_for_someone()
+                if moved is None:
                     return
-                continue
+                if moved:
+                    continue
             t += 1
             before = self.env.now
             yield from self.round(t)
