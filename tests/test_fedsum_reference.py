@@ -51,7 +51,7 @@ def test_t7_decaying_lr_every_iterate_equals_the_reference(tmp_path, method):
         np.testing.assert_allclose(xs[6], T7_DECAY[method], rtol=0, atol=TOL)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedavg_active", "fedsum", "scaffold", "fedvarp", "fedau"])
+@pytest.mark.parametrize("method", list(METHODS))
 def test_t7_server_lr_and_arrival_order(tmp_path, method):
     """eta_g = 0.7, and clients finishing in reverse index order (T8g: order independence)."""
     sc = quad_scenario(algo_block(method, 0.1, server_lr=0.7), SEQ, tmp_path, step_times=(3.0, 2.0, 1.0))
