@@ -34,16 +34,27 @@ class Client:
     work: dict = field(default_factory=dict)   # task -> devices.compute.Work (FLOPs per step)
     _rngs: dict = field(default_factory=dict, repr=False)
 
-    def rng(self, name: str) -> np.random.Generator:
-        """This client's own long-lived stream `name` (compute, network, ...)."""
+    def own(self, name: str) -> np.random.Generator:
+        """This client's own long-lived stream `name` (draws made once per client: its
+        bandwidth spread, a step time fixed for the run), created on first use."""
         g = self._rngs.get(name)
         if g is None:
-            g = self._rngs[name] = self.streams.generator(name, self.id)
+            g = self._rngs[name] = self.streams.keyed(name, self.id)
         return g
 
-    def clock(self, round_: int, now: float, task: int = 0):
-        """The step clock of this client in this round (devices.compute.StepClock)."""
-        return self.compute.clock(self.id, round_, self.rng("compute"), now, self.work.get(task))
+    def clock(self, round_: int, now: float, task: int = 0, draw=None):
+        """The step clock of this client in this round (devices.compute.StepClock). `draw`: its
+        share of the round's bulk draw (RoundDraws); without one, random models draw from the
+        client's own stream of that round."""
+        m = self.compute
+        redraw = getattr(m, "redraw", None)
+        if redraw == "client":
+            rng = self.own("compute.client")
+        elif draw is None or redraw == "step":
+            rng = self.streams.keyed("compute", self.id, round_)
+        else:
+            rng = None
+        return m.clock(self.id, round_, rng, now, self.work.get(task), draw)
 
-    def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0) -> float:
-        return self.clock(round_, now, task).time(steps)
+    def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0, draw=None) -> float:
+        return self.clock(round_, now, task, draw).time(steps)

@@ -137,6 +137,7 @@ class World:
         self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
                                  events=sc.output.events, multi_model=multi)
+        self.group_of = np.array([c.group_index for c in self.clients], dtype=np.int64)
         self.group_members = []
         for gi in range(len(self.groups)):
             members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
