@@ -171,6 +171,7 @@ class ComputeModel:
     process or vector, runs the round)."""
 
     name = "?"
+    random = False          # draws random numbers (then it is given a stream)
 
     def round_draws(self, steps: Sequence[int], rng: np.random.Generator) -> Optional[list]:
         """Per working client (ascending id; `steps` its planned steps), its random clock
@@ -220,6 +221,7 @@ class RandomStepTime(ComputeModel):
 
     redraw: str = "round"
     _fixed: dict = field(default_factory=dict, repr=False)
+    random = True
 
     def draw(self, rng: np.random.Generator, size=None):
         raise NotImplementedError
@@ -329,6 +331,10 @@ class IterationsCompute(ComputeModel):
                 self._last.clear()
             self._last[key] = tau
         return self._last[key]
+
+    @property
+    def random(self):
+        return self.fixed is None
 
     def round_draws(self, steps, rng):
         if self.fixed is not None:

@@ -48,7 +48,9 @@ class Client:
         client's own stream of that round."""
         m = self.compute
         redraw = getattr(m, "redraw", None)
-        if redraw == "client":
+        if not m.random:
+            rng = None
+        elif redraw == "client":
             rng = self.own("compute.client")
         elif draw is None or redraw == "step":
             rng = self.streams.keyed("compute", self.id, round_)

@@ -69,12 +69,15 @@ class NetworkSim:
     def nominal_time(self, client, nbytes: int, direction: str) -> float:
         """What a client expects a transfer to take: its own link's latency and bandwidth,
         no jitter, no contention (time-driven clients plan with it)."""
-        bw = client.link.bandwidth_bps(direction, client.id, client.own("network.client"))
+        bw = client.link.bandwidth_bps(direction, client.id,
+                                       client.own("network.client") if getattr(client.link, "spread", 0) > 0 else None)
         return client.link.latency + (0.0 if math.isinf(bw) else nbytes * 8.0 / bw)
 
     def link_time(self, client, nbytes: int, direction: str, jitter) -> float:
         """Seconds of a transfer over the client's dedicated link, with the given jitter."""
-        return client.link.transfer_time(nbytes, direction, client.id, None, jitter, client.own("network.client"))
+        spread = getattr(client.link, "spread", 0) > 0
+        return client.link.transfer_time(nbytes, direction, client.id, None, jitter,
+                                         client.own("network.client") if spread else None)
 
     def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.
