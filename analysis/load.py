@@ -159,7 +159,10 @@ def load(paths, clients: bool = True) -> Study:
         rows.append(row)
         if rid in runs:
             keys = {k: row[k] for k in ("run", *axes, "seed")}
-            m = runs[rid].metrics.copy()
+            # a run's own column named like a swept axis (a metrics column `lr` and an axis `lr`)
+            # keeps its values as `<name>_run`; the axis keeps the name
+            clash = lambda f: f.rename(columns={k: f"{k}_run" for k in keys if k in f.columns})  # noqa: E731
+            m = clash(runs[rid].metrics.copy())
             mframes.append(m.assign(**keys)[[*keys, *m.columns]])
             if clients and len(runs[rid].clients):
                 c = runs[rid].clients.copy()
@@ -167,6 +170,7 @@ def load(paths, clients: bool = True) -> Study:
                 if part.exists() and "group" not in c:
                     g = pd.read_csv(part, usecols=["client", "group"])
                     c = c.merge(g, on="client", how="left")
+                c = clash(c)
                 cframes.append(c.assign(**keys)[[*keys, *c.columns]])
     summary = pd.DataFrame(rows)
     if len(summary):

@@ -60,7 +60,10 @@ def gain_figure(root: Path, out: Path) -> pd.DataFrame:
     s = st.summary.set_index("run")
     rows = []
     for run in s.index:
-        f = json.loads((root / "mmfl_gain" / "runs" / run / "summary.json").read_text())["multi_model"]
+        path = root / "mmfl_gain" / "runs" / run / "summary.json"
+        if not path.exists():                  # not run (yet)
+            continue
+        f = json.loads(path.read_text())["multi_model"]
         rows.append({"run": run, "M": int(s.loc[run, "M"]), "E": int(s.loc[run, "protocol.local_steps"]),
                      "assignment": s.loc[run, "protocol.assignment"], "seed": int(s.loc[run, "seed"]),
                      "T_P": f["T_P"]})

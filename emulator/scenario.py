@@ -486,10 +486,15 @@ def explain(err: ValidationError, raw, S) -> list:
             problems.append((f"{path}.{key}" if path else key,
                              f"unknown {registry.KINDS.get(kind, kind).split(' (')[0][:-1] if kind in registry.KINDS else 'name'} "
                              f"{name!r}; known: {', '.join(known)}{_closest(name, known)}"))
+        elif typ == "union_tag_not_found" and not isinstance(e.get("input"), dict):
+            problems.append((path, f"expected a mapping, got {_short(e.get('input'))}"))
         elif typ == "union_tag_not_found":
             kind = _kind_of(S, clean)
-            known = sorted(registry.table(kind)) if kind else []
-            key = _tag_key(kind) if kind else "name"
+            if kind:
+                known, key = sorted(registry.table(kind)), _tag_key(kind)
+            else:                      # a plain discriminated union (protocol.wait: mode)
+                key = str(ctx.get("discriminator", "'name'")).strip("'")
+                known = _tags_at(S, loc, key)
             problems.append((f"{path}.{key}", f"missing `{key}`; one of: {', '.join(known)}"))
         elif typ == "extra_forbidden":
             parent = _model_at(S, loc[:-1])
@@ -513,6 +518,24 @@ def explain(err: ValidationError, raw, S) -> list:
         if p not in seen:
             seen.add(p)
             out.append(p)
+    return out
+
+
+def _tags_at(S, loc, key) -> list:
+    """The values the tag `key` may take in the union at `loc` (its members' literals)."""
+    parent = _model_at(S, loc[:-1])
+    f = parent.model_fields.get(loc[-1]) if parent is not None else None
+    out = []
+
+    def members(ann):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield ann
+        for a in typing.get_args(ann):
+            yield from members(a)
+    for m in members(f.annotation if f is not None else None):
+        tag = m.model_fields.get(key)
+        if tag is not None:
+            out += [v for v in typing.get_args(tag.annotation) if isinstance(v, str)]
     return out
 
 

@@ -147,3 +147,15 @@ def test_t9_family_reaches_the_exact_minimiser_baselines_stall(tmp_path, method)
     else:
         assert dist[-3:].min() > 0.01 and far[-3:].min() > 0.01
         assert far[3000] == pytest.approx(STALL[method], abs=5e-6)
+
+
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_a7_no_step_on_empty_is_the_sequence_without_the_empty_round(tmp_path, method):
+    """`step_on_empty: false` (A7): with a constant lr, skipping the step and FedSUM-CR's gamma
+    in the empty round equals the reference run on SEQ with that round removed."""
+    algo = dict(algo_block(method, 0.1), step_on_empty=False)
+    xs, _ = run_world(quad_scenario(algo, SEQ, tmp_path))
+    short = reference(method, [s for s in SEQ if s], 0.1, 3)               # SEQ without round 2
+    np.testing.assert_allclose(xs[:3], short[:3], rtol=0, atol=TOL)
+    assert np.array_equal(xs[3], xs[2])                                      # no step in the empty round
+    np.testing.assert_allclose(xs[4:], short[3:], rtol=0, atol=TOL)

@@ -224,3 +224,35 @@ def test_a_multi_model_run_too_short_to_train_every_model_is_no_invariant_violat
     assert res.summary["status"] == "complete"
     m = res.metrics[res.metrics["round"] >= 1]
     assert m["model"].nunique() == 1
+
+
+def test_a_multi_model_round_cut_by_the_time_budget_owes_no_aggregation(run_in):
+    """The models due an aggregation were counted when the round assigned them clients; a round
+    cut short by run.virtual_time then raised 'model 0 was never aggregated'. A model is due once
+    its round has ended."""
+    sc = _mm(2)
+    sc["workloads"] = sc["workloads"][:1]
+    sc["run"] = {"rounds": 1, "virtual_time": 0.01}           # the 0.1 s of local steps never end in time
+    res = run_in(sc)
+    assert res.summary["status"] == "complete" and res.summary["rounds"] == 0
+    assert list(res.metrics["round"]) == [0]
+
+
+@pytest.mark.parametrize("path, value, where, says", [
+    ("workload.dataset", 17, "workload.dataset", "expected a mapping, got 17"),
+    ("clients.groups.0.compute", [1], "clients.groups[0].compute", "expected a mapping, got [1]"),
+    ("protocol", 17, "protocol", "expected a mapping, got 17"),
+    ("protocol.wait", {"seconds": 1.0}, "protocol.wait.mode", "missing `mode`; one of: all, deadline, first_k"),
+])
+def test_a_component_block_that_is_no_mapping_or_lacks_its_mode_is_reported_where_it_is(path, value, where, says):
+    """A number where a component's mapping goes was reported as `<path>.name: missing name`;
+    a wait block without `mode` as `protocol.wait.name: missing name; one of:` (nothing)."""
+    sc = tiny()
+    node = sc
+    keys = [int(k) if k.isdigit() else k for k in path.split(".")]
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(sc)
+    assert e.value.problems == [(where, says)]

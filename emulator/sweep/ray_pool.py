@@ -1,9 +1,14 @@
 """The `ray` backend: `ray.init(address)` joins an existing cluster, or starts a local instance
-(stopped again at the end). Each run is a task with `num_cpus` / `num_gpus` resources and no
-retries (a run is never executed twice); it runs in a temporary folder on its node and returns
-the run directory's files, which the driver writes into the sweep folder atomically, so the
-nodes need no shared file system and only the driver ever writes the sweep folder.
-Data files named in scenarios must exist at the same paths on the nodes.
+(stopped again at the end). Each run is a task with `num_cpus` / `num_gpus` resources; it runs
+in a temporary folder on its node and returns the run directory's files, which the driver
+writes into the sweep folder atomically, so the nodes need no shared file system and only the
+driver ever writes the sweep folder. Data files named in scenarios must exist at the same
+paths on the nodes.
+
+A task lost with its node or worker process (a node died, a worker was killed) is run again
+by Ray on a live node, up to NODE_LOSS_RETRIES times: it wrote nothing (only the driver
+writes), so the sweep still gets each run exactly once. A run that raises an error is not
+retried: it is recorded as failed.
 """
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ def package_root() -> str:
     """The folder holding the `emulator` package (put first on children's PYTHONPATH, so they
     import this very checkout whatever their working directory)."""
     return str(Path(__file__).resolve().parents[2])
+
+
+NODE_LOSS_RETRIES = 3     # reruns of a task whose node or worker died (system failures only)
 
 
 class RayPool:
@@ -43,7 +51,7 @@ class RayPool:
         total_cpus = ray.cluster_resources().get("CPU", 1)
         self.capacity = int(workers) if workers else max(1, int(total_cpus // max(cpus, 1e-9)))
         from .worker import run_to_files
-        self.task = ray.remote(run_to_files).options(num_cpus=cpus, num_gpus=gpus, max_retries=0,
+        self.task = ray.remote(run_to_files).options(num_cpus=cpus, num_gpus=gpus, max_retries=NODE_LOSS_RETRIES,
                                                      retry_exceptions=False)
         self.refs: dict = {}              # ObjectRef -> run id
 

@@ -89,7 +89,7 @@ class MultiModel(Protocol):
         self.series = {m: ([], [], []) for m in range(M)}   # model -> evaluated (rounds, values, times)
         self.all_hit = None       # (T_P, virtual time) once every model met its target
         self.model_start = {}     # sequential: model -> (first round, virtual time it started)
-        self.due = set()          # models some round assigned clients to (they must be aggregated)
+        self.due = set()          # models an ended round assigned clients to (they must be aggregated)
 
     # -- the round --------------------------------------------------------------------------
     def process(self):
@@ -114,7 +114,6 @@ class MultiModel(Protocol):
         start = env.now
         avail = self.available(t)
         groups = self.assigner.assign(t, avail, self.rng)
-        self.due.update(m for m, g in enumerate(groups) if len(g))
         busy = np.concatenate(groups) if groups else np.zeros(0, np.int64)
         idle = np.setdiff1d(np.arange(w.num_clients), busy)
         idle_log = w.recorder.round_log(t, task=-1, ids=idle)
@@ -134,6 +133,7 @@ class MultiModel(Protocol):
                 procs.append(env.process(self.train_model(w.tasks[m], t, members, start, close, group, draws)))
         if procs:
             yield env.all_of(procs)
+            self.due.update(m for m, g in enumerate(groups) if len(g))     # the round ended: each owes its aggregation
         else:                                  # nobody to train this round: time moves on
             w.rounds_done = max(w.rounds_done, t)
         self.check_targets(t)

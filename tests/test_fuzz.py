@@ -1,0 +1,190 @@
+"""Property-based scenarios (issue 16): valid scenarios drawn from the registry's parameter
+models must run to a documented status, keep every invariant (emulator/invariants.py in the
+run, tests/fuzz/checks.py on the files), replay exactly from their config.yaml and give the same
+records under the sequential and batched executors; a valid scenario with one field broken
+must exit 2 from `flemu run` with one message naming its path, and write nothing.
+
+`make test` runs a few derandomized examples of each property; `make fuzz` runs thousands
+(HYPOTHESIS_PROFILE=fuzz, tests/fuzz/profiles.py) with hypothesis's example database, so a
+failure replays first on the next run. Every failure found becomes a plain test in
+tests/test_fuzz_regressions.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import event, given, reject, strategies as st
+
+from fuzz import checks
+from fuzz.malformed import malformed
+from fuzz.params import NOT_DRAWN, Ctx, component, generic_components
+from fuzz.profiles import PROFILE, examples
+from fuzz.scenarios import CLASSIFIER_DATA, QUADRATIC_DATA, materialize, scenarios
+
+# a run of a drawn scenario takes well under a second; this catches infinite loops
+WALL_LIMIT_S = 120
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models: one torch thread is fastest and never oversubscribes the cores."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class TooLong(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def wall_limit(seconds: int):
+    def ring(*_):
+        raise TooLong(f"the run took more than {seconds} s of wall time (an infinite loop?)")
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# Errors a valid scenario may still meet when its data are built (documented bad input: a
+# Dirichlet draw that leaves a client without samples); the example is discarded.
+ALLOWED_BUILD_ERRORS = (".partition.min_size", ".partition")
+
+
+def run(source, out):
+    import emulator
+    from emulator.errors import ScenarioError
+    with wall_limit(WALL_LIMIT_S):
+        try:
+            return emulator.run(source, out=out)
+        except ScenarioError as e:
+            if all(p.endswith(ALLOWED_BUILD_ERRORS) for p, _ in e.problems):
+                event("discarded: partition left a client without samples")
+                reject()
+            raise
+
+
+# ---------------------------------------------------------------------------- valid scenarios
+@examples(ci=10)
+@given(drawn=scenarios())
+def test_valid_scenarios_finish_keep_every_invariant_and_replay_exactly(drawn):
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sc = materialize(drawn, tmp / "files")
+        a = run(sc, tmp / "a")                 # emulator/invariants.py runs inside: a violation raises
+        event(f"protocol {sc['protocol']['name']}: {a.summary['status']}")
+        problems = checks.check_all(a.run_dir)
+        assert not problems, "\n".join(problems)
+        b = run(a.run_dir / "config.yaml", tmp / "b")      # the resolved scenario, same seed
+        diff = checks.compare(a.run_dir, b.run_dir)
+        assert not diff, "not reproduced from config.yaml:\n" + "\n".join(diff)
+
+
+@examples(ci=6, fuzz_share=0.5)
+@given(drawn=scenarios())
+def test_sequential_and_batched_executors_give_the_same_records(drawn):
+    """Same scenario, float64, on either executor: every record equal to a float tolerance
+    (batched refuses BatchNorm models; none is drawn)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sc = materialize(drawn, tmp / "files")
+        dirs = []
+        for name in ("sequential", "batched"):
+            s = copy.deepcopy(sc)
+            s["executor"] = {"name": name, "device": "cpu", "dtype": "float64"}
+            dirs.append(run(s, tmp / name).run_dir)
+        diff = checks.compare(*dirs, rtol=1e-6, atol=1e-9)
+        assert not diff, "sequential != batched:\n" + "\n".join(diff)
+
+
+# ---------------------------------------------------------------------------- malformed scenarios
+@examples(ci=25, fuzz_share=2.0)
+@given(broken=malformed(scenarios(max_clients=12)))
+def test_a_malformed_scenario_exits_2_with_one_message_naming_its_path(broken):
+    from typer.testing import CliRunner
+
+    from emulator import scenario
+    from emulator.cli import app
+    from emulator.errors import ScenarioError
+
+    event(f"break: {broken.how}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        raw = materialize(broken.drawn, tmp / "files")
+        f = tmp / "bad.yaml"
+        f.write_text(yaml.safe_dump(raw, sort_keys=False))
+        with pytest.raises(ScenarioError):       # the break must break it (else: a gap in validation)
+            scenario.load(f)
+        before = sorted(p.name for p in tmp.iterdir())
+        out = tmp / "run"
+        res = CliRunner().invoke(app, ["run", str(f), "--out", str(out), "-q"])
+        assert res.exit_code == 2, res.output
+        text = (res.stderr if res.stderr else res.output).strip().splitlines()
+        assert text[0] == f"{f}: 1 problem in the scenario:", "\n".join(text)
+        assert len(text) == 2 and text[1].startswith(f"  {broken.path}: "), "\n".join(text)
+        assert not out.exists() and sorted(p.name for p in tmp.iterdir()) == before
+
+
+def test_the_flemu_command_itself_exits_2_and_writes_nothing(tmp_path):
+    """Once through a real `flemu run` process (the entry point, not typer's test runner)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import tiny
+    sc = tiny()
+    sc["clients"]["groups"][0]["compute"]["step_time"] = -0.1
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(sc))
+    res = subprocess.run([sys.executable, "-m", "emulator.cli", "run", str(f), "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines == [f"{f}: 1 problem in the scenario:",
+                     "  clients.groups[0].compute.step_time: Input should be greater than 0 (got -0.1)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+# ---------------------------------------------------------------------------- the generator itself
+def test_the_generator_draws_every_registered_component_or_says_why_not():
+    from emulator import registry
+    drawn = {"dataset": set(CLASSIFIER_DATA + QUADRATIC_DATA), "model": {"logreg", "mlp", "quadratic"},
+             "partition": {"iid", "dirichlet", "shards", "lognormal", "natural"}}
+    for kind, names in drawn.items():
+        skipped = {n for k, n in NOT_DRAWN if k == kind}
+        assert set(registry.table(kind)) == names | skipped, kind
+    for name, e in registry.table("algorithm").items():
+        assert e.factory.supports & set(registry.table("protocol")), f"{name} runs under no protocol"
+    if PROFILE == "ci":
+        print("components fuzzed with the generic strategy (no hand-tuned one):", generic_components() or "none")
+
+
+KINDS = ("compute", "network", "availability", "selection", "executor", "algorithm")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@examples(ci=15)
+@given(data=st.data())
+def test_every_component_strategy_gives_valid_parameters(kind, data):
+    from emulator import registry, scenario
+    name = data.draw(st.sampled_from(sorted(registry.table(kind))))
+    n = data.draw(st.integers(1, 8))
+    ctx = Ctx(n=n, size=data.draw(st.integers(0, n)))
+    params = data.draw(component(kind, name, ctx))
+    from fuzz.scenarios import Drawn
+    with tempfile.TemporaryDirectory() as tmp:
+        kw = materialize(Drawn(params, ctx.files), tmp)
+        scenario.member(kind, name, **kw)
