@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -21,7 +21,7 @@ class State(str, enum.Enum):
     DROPPED = "dropped"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Client:
     id: int
     group: str
@@ -32,11 +32,13 @@ class Client:
     streams: Any          # emulator.rng.Streams
     energy: Any = None    # fleet.EnergyParams or None
     work: dict = field(default_factory=dict)   # task -> devices.compute.Work (FLOPs per step)
-    _rngs: dict = field(default_factory=dict, repr=False)
+    _rngs: Optional[dict] = field(default=None, repr=False)
 
     def own(self, name: str) -> np.random.Generator:
         """This client's own long-lived stream `name` (draws made once per client: its
         bandwidth spread, a step time fixed for the run), created on first use."""
+        if self._rngs is None:
+            self._rngs = {}
         g = self._rngs.get(name)
         if g is None:
             g = self._rngs[name] = self.streams.keyed(name, self.id)

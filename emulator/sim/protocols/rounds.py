@@ -103,16 +103,20 @@ class Rounds(Protocol):
     def round(self, t: int):
         w, env = self.world, self.env
         task = w.tasks[0]
-        log = w.recorder.round_log(t)
         start = env.now
         avail = self.available(t)
-        log.available[avail] = True
         chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
-        log.selected[chosen] = True
-        wait = self.p.wait
-        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
         algo = task.algorithm
         background = getattr(algo, "trains_unselected", False)
+        if w.recorder.participants_only and not background:   # rows of the participants only
+            log = w.recorder.round_log(t, ids=chosen)
+            log.available[:] = True
+        else:
+            log = w.recorder.round_log(t)
+            log.available[avail] = True
+        log.selected[log.positions(chosen)] = True
+        wait = self.p.wait
+        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
         if background:
             algo.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)

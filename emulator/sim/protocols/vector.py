@@ -93,7 +93,7 @@ def vector_round(proto, task, t: int, chosen, log, bc, draws):
     safe = np.where(dur > 0, dur, 1.0)
     partial = np.where(dur > 0, np.floor(steps * elapsed / safe + 1e-9), steps)
     rec_steps = np.where(up_started, steps, np.where(computing, partial, 0)).astype(np.int64)
-    rows = ids
+    rows = log.positions(ids)
     log.comm_time[rows] = comm
     log.steps[rows] = rec_steps
     log.compute_time[rows] = np.where(up_started, dur, np.where(computing, elapsed, 0.0))
@@ -128,7 +128,7 @@ def _never_closes(proto, task, t, ids, clients, steps, log, bc, d, a1, a2, a3, d
     last = float(np.max(np.where(fin, a3, a1)))
     if last > t0:
         yield at_time(env, last)
-    rows = ids
+    rows = log.positions(ids)
     log.comm_time[rows] = np.where(fin, (a1 - t0) + (a3 - a2), a1 - t0)
     log.steps[rows] = np.where(fin, steps, 0)
     log.compute_time[rows] = np.where(fin, dur, 0.0)
