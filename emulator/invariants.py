@@ -40,11 +40,25 @@ def check(world, metrics, clients) -> list:
     for task in world.tasks:
         if task.index in due and not any(log.task == task.index for log in rec.aggregations()):
             bad.append(f"model {task.index} ({task.path}) was never aggregated")
-    for log in rec.rounds:
-        ids = log.clients()
-        if len(np.unique(ids)) != len(ids):
-            bad.append(f"round {log.round}: a client has two rows")
-            break
+    # one row per (round, client), whatever the model (a multi-model client trains one model per
+    # round); a run recorded per job (async): every row a job, merged once or lost (dropped)
+    per_job = any("job" in log.extra for log in rec.rounds)
+    rows = [log for log in rec.rounds if log.aggregation] if per_job else rec.rounds
+    if rows:
+        r = np.concatenate([np.full(log.n, log.round, dtype=np.int64) for log in rows])
+        c = np.concatenate([log.clients() for log in rows]).astype(np.int64)
+        _, counts = np.unique(r * (world.num_clients + 1) + c, return_counts=True)
+        if (counts > 1).any():
+            bad.append(f"two rows for one (round, client){' among merged jobs' if per_job else ''}")
+    if per_job:
+        for log in rec.rounds:
+            job = log.extra.get("job")
+            if job is None or (job <= 0).any():
+                bad.append(f"round {log.round}: rows without a job key in a run recorded per job")
+                break
+            if not log.aggregation and not log.dropped.all():
+                bad.append(f"round {log.round}: a job neither merged nor lost")
+                break
     if "job" in clients:
         jobs = clients[clients["job"] > 0]
         if jobs.duplicated(["client", "job"]).any():
@@ -94,11 +108,22 @@ def check(world, metrics, clients) -> list:
     if len(metrics) and "bytes_up" in metrics:
         per_round = {}
         for log in rec.aggregations():
-            per_round[(log.round, log.task)] = int(log.bytes_up.sum())
+            per_round[(log.round, log.task)] = (int(log.bytes_up.sum()), int(log.bytes_down.sum()))
         for r in metrics.itertuples():
             key = (int(r.round), int(getattr(r, "model", 0)))
-            if key in per_round and per_round[key] != int(r.bytes_up):
-                bad.append(f"round {r.round}: metrics bytes_up {r.bytes_up} != clients {per_round[key]}")
+            if key in per_round and per_round[key] != (int(r.bytes_up), int(r.bytes_down)):
+                bad.append(f"round {r.round}: metrics bytes_up/bytes_down {r.bytes_up}/{r.bytes_down} != "
+                           f"clients {per_round[key][0]}/{per_round[key][1]}")
+                break
+
+    # a participant's work fits in its round (async: a job spans merges, not checked)
+    ran.append("round_time")
+    if not per_job:
+        for log in rec.aggregations():
+            rt = log.round_time
+            busy = (log.compute_time + log.comm_time)[log.selected]
+            if rt is not None and len(busy) and busy.max() > rt * (1 + 1e-9) + 1e-9:
+                bad.append(f"round {log.round}: a participant busy {busy.max():.9g}s, longer than its round ({rt:.9g}s)")
                 break
 
     # communication takes at least the links' latency

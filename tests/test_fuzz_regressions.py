@@ -238,6 +238,26 @@ def test_a_multi_model_round_cut_by_the_time_budget_owes_no_aggregation(run_in):
     assert list(res.metrics["round"]) == [0]
 
 
+def test_the_run_directory_check_forgives_a_model_whose_only_round_the_budget_cut(run_in):
+    """The generator's own run-directory check (tests/fuzz/checks.py) said 'model 0 was assigned
+    clients but never aggregated' of a one-client, two-model run whose only local step ends
+    exactly on run.virtual_time: the emulator (rightly) owes that model nothing. The check now
+    forgives a model whose every assigned round is the last one of a run the budget ended."""
+    from fuzz import checks
+    sc = _mm(1, allow_unequal_groups=True)
+    sc["protocol"]["local_steps"] = 1
+    sc["clients"]["groups"][0]["compute"] = {"model": "constant", "step_time": 0.01}
+    sc["run"] = {"rounds": 1, "virtual_time": 0.01}           # the step ends on the budget
+    res = run_in(sc)
+    assert res.summary["status"] == "complete" and res.summary["rounds"] == 0
+    clients = pd.read_csv(res.run_dir / "clients.csv")
+    assert list(clients["model"]) == [0]                     # model 0 was given the client
+    assert checks.check_all(res.run_dir) == []
+    sc["run"] = {"rounds": 1}                                 # without the budget it is aggregated
+    res = run_in(sc, "whole")
+    assert res.summary["rounds"] == 1 and checks.check_all(res.run_dir) == []
+
+
 @pytest.mark.parametrize("path, value, where, says", [
     ("workload.dataset", 17, "workload.dataset", "expected a mapping, got 17"),
     ("clients.groups.0.compute", [1], "clients.groups[0].compute", "expected a mapping, got [1]"),

@@ -74,7 +74,8 @@ def test_T20_dms_estimate_mode_reads_probes_in_a_run(tmp_path, monkeypatch):
     from emulator.algorithms import tsfl
     from emulator.runner import run
     from emulator.scenario import load
-    sc = load("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=3"])
+    # the paper scenarios default to fixed constants (issue 15); A8's estimate mode set here
+    sc = load("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=3", "algorithm.constants.mode=estimate"])
     assert sc.algorithm.constants.mode == "estimate" and sc.algorithm.constants.ema == 0.9
     # record the raw probe values the server receives in each interval
     seen = []
@@ -166,7 +167,8 @@ def test_sigma2_unit_sample_scales_the_estimate_by_the_batch(tmp_path):
     from emulator.runner import run
     out = {}
     for unit in ("batch", "sample"):
-        res = run("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=1", f"algorithm.constants.sigma2_unit={unit}"],
+        res = run("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=1", "algorithm.constants.mode=estimate",
+                                                                         f"algorithm.constants.sigma2_unit={unit}"],
                   out=tmp_path / unit)
         out[unit] = res.metrics.set_index("round").loc[1]
     assert out["sample"]["sigma2_hat"] == pytest.approx(32 * out["batch"]["sigma2_hat"], rel=1e-12)

@@ -173,8 +173,11 @@ def aggregations(rd: RunDir) -> list:
             if unexplained:
                 bad.append(f"clients.csv rounds of a model without an aggregation: {unexplained[:4]}")
         if rd.M > 1:                           # a model that was assigned clients was aggregated
+            last = int(c["round"].max()) if len(c) else 0
             for k in range(rd.M):
-                if (trained["model"] == k).any() and not any(kk == k for _, kk in agg):
+                rounds_k = trained.loc[trained["model"] == k, "round"]
+                cut = rd.ended_early and len(rounds_k) and (rounds_k == last).all()   # its round cut by the budget
+                if len(rounds_k) and not cut and not any(kk == k for _, kk in agg):
                     bad.append(f"model {k} was assigned clients but never aggregated")
         sel = trained[trained["selected"].astype(bool) & ~trained["dropped"].astype(bool)]
         arrived = sel.groupby(["round", "model"]).size()

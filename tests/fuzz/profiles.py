@@ -18,8 +18,9 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 
-settings.register_profile(
-    "ci", deadline=None, derandomize=True, database=None, print_blob=True,
+settings.register_profile(                  # no shrinking under ci: a failure prints its example
+    "ci", deadline=None, derandomize=True, database=None, print_blob=True,     # and the blob at once
+    phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 settings.register_profile(
     "fuzz", deadline=None, print_blob=True, max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1000")),
