@@ -307,36 +307,91 @@ def bare_simpy(plan) -> tuple:
 
 
 def p3(quick: bool) -> dict:
+    """The engine alone at 1k / 10k (/ 100k) clients, 10 % selected per round: flemu's events/s
+    under the process and the vector engine against a bare SimPy loop doing the same timeouts
+    (the same plan: every participant's download and upload time, read off the process run)."""
     _register_noop()
     sizes = [(1_000, 100), (10_000, 100)] + ([] if quick else [(100_000, 10)])
     log("P3: engine alone, Markov availability, per-client links, compute instant, 10% selected per round")
     rows = []
     for n, rounds in sizes:
-        world, setup = build_world(p3_scenario(n, rounds))
-        wall = run_world(world)
-        plan = []
-        for rl in world.recorder.rounds:
-            ok = np.flatnonzero(rl.selected)
-            comm = rl.comm_time[ok]
-            plan.append((comm / 2, comm / 2))
-        tb, events = bare_simpy(plan)
-        row = {"clients": n, "rounds": rounds, "events": events, "setup_s": setup,
-               "flemu_s": wall, "bare_simpy_s": tb, "flemu_events_per_s": events / wall,
-               "bare_events_per_s": events / tb, "flemu_s_per_round": wall / rounds}
+        row = {"clients": n, "rounds": rounds}
+        for engine in ("process", "vector"):
+            sc = p3_scenario(n, rounds)
+            sc["protocol"]["engine"] = engine
+            world, setup = build_world(sc)
+            wall = run_world(world)
+            row[f"{engine}_s"] = wall
+            row[f"{engine}_setup_s"] = setup
+            if engine == "process":
+                plan = []
+                for rl in world.recorder.rounds:
+                    ok = np.flatnonzero(rl.selected)
+                    comm = rl.comm_time[ok]
+                    plan.append((comm / 2, comm / 2))
+                tb, events = bare_simpy(plan)
+        row.update(events=events, bare_simpy_s=tb, bare_events_per_s=events / tb,
+                   process_events_per_s=events / row["process_s"], vector_events_per_s=events / row["vector_s"],
+                   process_s_per_round=row["process_s"] / rounds, vector_s_per_round=row["vector_s"] / rounds)
         rows.append(row)
-        log(f"  {n:7d} clients x {rounds} rounds: {events} events; flemu {events / wall:,.0f} ev/s "
-            f"({wall / rounds * 1e3:.1f} ms/round), bare SimPy {events / tb:,.0f} ev/s")
+        log(f"  {n:7d} clients x {rounds} rounds: {events} events; bare SimPy {events / tb:,.0f} ev/s; "
+            f"flemu process {row['process_events_per_s']:,.0f} ev/s ({row['process_s_per_round'] * 1e3:.1f} ms/round), "
+            f"vector {row['vector_events_per_s']:,.0f} ev/s ({row['vector_s_per_round'] * 1e3:.1f} ms/round)")
     out = {"runs": rows}
     r10 = next(r for r in rows if r["clients"] == 10_000)
-    out["flemu_over_bare_events_per_s"] = goal("flemu / bare SimPy events/s (10k clients)",
-                                               r10["flemu_events_per_s"] / r10["bare_events_per_s"], ">=", 0.5)
+    out["process_over_bare_events_per_s"] = goal("process engine / bare SimPy events/s (10k clients)",
+                                                 r10["process_events_per_s"] / r10["bare_events_per_s"], ">=", 0.5)
+    out["vector_over_bare_events_per_s"] = goal("vector engine / bare SimPy events/s (10k clients)",
+                                                r10["vector_events_per_s"] / r10["bare_events_per_s"], ">=", 2.0)
     x = np.log10([r["clients"] for r in rows])
-    y = np.log10([r["flemu_s_per_round"] for r in rows])
-    out["slope_log_s_per_round_vs_log_clients"] = float(np.polyfit(x, y, 1)[0])
+    for engine in ("process", "vector"):
+        y = np.log10([r[f"{engine}_s_per_round"] for r in rows])
+        out[f"{engine}_slope"] = float(np.polyfit(x, y, 1)[0])
     yb = np.log10([r["bare_simpy_s"] / r["rounds"] for r in rows])
     out["bare_slope"] = float(np.polyfit(x, yb, 1)[0])
-    log(f"  cost per round grows as clients^{out['slope_log_s_per_round_vs_log_clients']:.2f} "
-        f"(bare SimPy: ^{out['bare_slope']:.2f}; 1.0 = linear in clients)")
+    log(f"  cost per round grows as clients^{out['process_slope']:.2f} (process), ^{out['vector_slope']:.2f} "
+        f"(vector), bare SimPy ^{out['bare_slope']:.2f} (10 % participating: 1.0 = linear)")
+    return out
+
+
+def p4(quick: bool) -> dict:
+    """Fleet scale, engine only (vector engine where it applies): 10^3 .. 10^6 clients with
+    (a) 1 % participating and (b) a fixed 100 participants per round; seconds per round as a
+    fitted exponent of the fleet size, and peak memory per client (ru_maxrss of a fresh
+    process per size, minus that of a 1,000-client one)."""
+    sizes = [1_000, 10_000, 100_000] + ([] if quick else [1_000_000])
+    log("P4: fleet scale, engine only (per-round Markov availability, per-client links, vector engine)")
+    out = {"runs": []}
+    for mode in ("share", "fixed"):
+        for n in sizes:
+            k = max(1, n // 100) if mode == "share" else 100
+            rounds = 20 if n <= 100_000 else 5
+            cmd = [sys.executable, "-m", "benchmarks.fleet", str(n), str(k), str(rounds)]
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+            if r.returncode != 0:
+                log(f"  {mode} {n}: failed: {r.stderr[-400:]}")
+                continue
+            row = json.loads(r.stdout.strip().splitlines()[-1])
+            row["mode"] = mode
+            out["runs"].append(row)
+            log(f"  {mode:5s} {n:8d} clients, {k:6d} per round: {row['s_per_round'] * 1e3:8.1f} ms/round, "
+                f"setup {row['setup_s']:.1f} s, peak RSS {row['peak_rss_mb']:.0f} MB")
+    for mode in ("share", "fixed"):
+        rs = [r for r in out["runs"] if r["mode"] == mode]
+        if len(rs) >= 2:
+            x = np.log10([r["clients"] for r in rs])
+            y = np.log10([r["s_per_round"] for r in rs])
+            out[f"{mode}_slope"] = float(np.polyfit(x, y, 1)[0])
+            log(f"  {mode}: cost per round ~ clients^{out[f'{mode}_slope']:.2f}")
+    base = next((r for r in out["runs"] if r["clients"] == sizes[0] and r["mode"] == "share"), None)
+    big = max((r for r in out["runs"] if r["mode"] == "share"), key=lambda r: r["clients"], default=None)
+    if base and big and big["clients"] > base["clients"]:
+        out["memory_per_client_kb"] = (big["peak_rss_mb"] - base["peak_rss_mb"]) * 1024 / (big["clients"] - base["clients"])
+        log(f"  peak memory per client: {out['memory_per_client_kb']:.2f} KB")
+    if "fixed_slope" in out:
+        out["fixed_participants_slope"] = goal("cost per round vs clients at 100 participants (exponent)",
+                                               out["fixed_slope"], "<=", 1.05)
     return out
 
 
@@ -344,7 +399,7 @@ def p3(quick: bool) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
-    ap.add_argument("--only", default="p1,p2,p3", help="comma-separated subset of p1,p2,p3")
+    ap.add_argument("--only", default="p1,p2,p3,p4", help="comma-separated subset of p1,p2,p3,p4")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
     ap.add_argument("--name", default=None, help="results/<name>.json (default: bench or bench_quick)")
     a = ap.parse_args(argv)
@@ -359,6 +414,8 @@ def main(argv=None):
         res["p2"] = p2(a.quick)
     if "p3" in which:
         res["p3"] = p3(a.quick)
+    if "p4" in which:
+        res["p4"] = p4(a.quick)
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,14 @@ class DrawClock(StepClock):
         self._draw = draw
         self._cum = [0.0]
 
+    @classmethod
+    def from_draws(cls, first: Sequence[float], more: Callable[[int], np.ndarray]) -> "DrawClock":
+        """The first steps' times given (this round's bulk draw); any further steps drawn."""
+        c = cls(more)
+        for v in first:
+            c._cum.append(c._cum[-1] + float(v))
+        return c
+
     def _extend(self, k):
         while len(self._cum) <= k:
             need = max(k + 1 - len(self._cum), 16)
@@ -156,10 +164,23 @@ class Work:
 
 
 class ComputeModel:
+    """`clock(client, round_, rng, now, work, draw)` gives a client's StepClock for one round.
+    Random models draw from `rng` (a stream of that client and round), or take `draw`: this
+    client's share of `round_draws`, the bulk draw for every client of its device group that
+    works in the round (one stream per group and round: the same numbers whichever engine,
+    process or vector, runs the round)."""
+
     name = "?"
+    random = False          # draws random numbers (then it is given a stream)
+
+    def round_draws(self, steps: Sequence[int], rng: np.random.Generator) -> Optional[list]:
+        """Per working client (ascending id; `steps` its planned steps), its random clock
+        parameters for the round, drawn in bulk from the group's round stream; None: this
+        model draws nothing per round."""
+        return None
 
     def clock(self, client: int, round_: int, rng: np.random.Generator, now: float = 0.0,
-              work: Optional[Work] = None) -> StepClock:
+              work: Optional[Work] = None, draw=None) -> StepClock:
         raise NotImplementedError
 
     def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
@@ -177,7 +198,7 @@ class ConstantCompute(ComputeModel):
         if not (self.step_time > 0 and math.isfinite(self.step_time)):
             raise ValueError(f"step_time must be a positive finite number, got {self.step_time}")
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         return FixedClock(self.step_time)
 
 
@@ -187,7 +208,7 @@ class InstantCompute(ComputeModel):
 
     name: str = "instant"
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         return FixedClock(0.0)
 
 
@@ -200,18 +221,29 @@ class RandomStepTime(ComputeModel):
 
     redraw: str = "round"
     _fixed: dict = field(default_factory=dict, repr=False)
+    random = True
 
     def draw(self, rng: np.random.Generator, size=None):
         raise NotImplementedError
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
+    def round_draws(self, steps, rng):
+        if self.redraw == "round":               # one step time per working client
+            return [float(v) for v in np.atleast_1d(self.draw(rng, len(steps)))]
+        if self.redraw == "step":                # every planned step's time, in one draw
+            vals = np.atleast_1d(self.draw(rng, int(sum(steps)))) if sum(steps) else np.zeros(0)
+            return np.split(vals, np.cumsum(steps)[:-1]) if len(steps) else []
+        return None                              # 'client': fixed per client, from its own stream
+
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         if self.redraw == "step":
-            return DrawClock(lambda n: self.draw(rng, n))
+            if draw is None:
+                return DrawClock(lambda n: self.draw(rng, n))
+            return DrawClock.from_draws(draw, lambda n: self.draw(rng, n))
         if self.redraw == "client":
             if client not in self._fixed:
                 self._fixed[client] = float(self.draw(rng))
             return FixedClock(self._fixed[client])
-        return FixedClock(float(self.draw(rng)))
+        return FixedClock(float(self.draw(rng)) if draw is None else float(draw))
 
 
 @dataclass
@@ -300,8 +332,17 @@ class IterationsCompute(ComputeModel):
             self._last[key] = tau
         return self._last[key]
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
-        tau = self.iterations(client, round_, rng)
+    @property
+    def random(self):
+        return self.fixed is None
+
+    def round_draws(self, steps, rng):
+        if self.fixed is not None:
+            return None
+        return [max(0, int(math.floor(v))) for v in rng.normal(self.mean, self.std, len(steps))]
+
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
+        tau = self.iterations(client, round_, rng) if draw is None else int(draw)
         return FixedClock(self.period / tau if tau > 0 else math.inf)
 
 
@@ -314,7 +355,7 @@ class FlopsCompute(ComputeModel):
     gflops: float = 1.0           # effective GFLOP/s of the device
     name: str = "flops"
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         if work is None or work.flops_per_step <= 0:
             raise ValueError("the flops compute model needs the model's FLOPs per step")
         return FixedClock(work.flops_per_step / (self.gflops * 1e9))
@@ -368,7 +409,7 @@ class TraceCompute(ComputeModel):
         ids = sorted(self.trace, key=lambda s: (len(s), s))
         self._map = {c: ids[i % len(ids)] for i, c in enumerate(self.members)} if ids else {}
 
-    def clock(self, client, round_, rng, now=0.0, work=None):
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         starts, kind, vals = self.trace[self._map[client]]
         if kind == "speed":
             steps = [1.0 / v for v in vals]

@@ -31,18 +31,20 @@ def message_bytes(numel: int, bytes_per_param: int = 4, overhead_bytes: int = 0,
 JITTER_DISTS = ("exponential", "uniform", "lognormal")
 
 
-def jitter_draw(rng, mean: float, dist: str = "exponential", sigma: float = 1.0) -> float:
-    """One message's extra latency with the given mean: Exponential(mean), Uniform(0, 2 mean),
-    or LogNormal(ln(mean) - sigma^2/2, sigma)."""
+def jitter_draw(rng, mean: float, dist: str = "exponential", sigma: float = 1.0, size=None):
+    """Extra latency of one message (or `size` messages) with the given mean: Exponential(mean),
+    Uniform(0, 2 mean), or LogNormal(ln(mean) - sigma^2/2, sigma)."""
     if mean <= 0:
-        return 0.0
+        return 0.0 if size is None else np.zeros(size)
     if dist == "exponential":
-        return float(rng.exponential(mean))
-    if dist == "uniform":
-        return float(rng.uniform(0.0, 2.0 * mean))
-    if dist == "lognormal":
-        return float(rng.lognormal(math.log(mean) - 0.5 * sigma ** 2, sigma))
-    raise ValueError(f"jitter distribution must be one of {', '.join(JITTER_DISTS)}, got {dist!r}")
+        v = rng.exponential(mean, size)
+    elif dist == "uniform":
+        v = rng.uniform(0.0, 2.0 * mean, size)
+    elif dist == "lognormal":
+        v = rng.lognormal(math.log(mean) - 0.5 * sigma ** 2, sigma, size)
+    else:
+        raise ValueError(f"jitter distribution must be one of {', '.join(JITTER_DISTS)}, got {dist!r}")
+    return float(v) if size is None else v
 
 
 @dataclass
@@ -80,13 +82,25 @@ class Link:
         mbps = self.up_mbps if direction == "up" else self.down_mbps
         return mbps * 1e6 * self.factor(client, rng)
 
-    def delay(self, rng=None) -> float:
-        """Latency of one message (with its jitter draw)."""
-        return self.latency + jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
+    def round_draws(self, n: int, rng) -> Optional[np.ndarray]:
+        """Jitter of n working clients' download and upload in one round, drawn in bulk from the
+        group's round stream: a (2, n) array (row 0 down, row 1 up); None without jitter."""
+        if self.jitter <= 0:
+            return None
+        return jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma, 2 * n).reshape(2, n)
 
-    def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None) -> float:
-        """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone."""
-        return self.delay(rng) + nbytes * 8.0 / self.bandwidth_bps(direction, client, rng)
+    def delay(self, rng=None, jitter=None) -> float:
+        """Latency of one message: plus its jitter (given, or drawn from `rng`)."""
+        if jitter is None:
+            jitter = jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
+        return self.latency + jitter
+
+    def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None, jitter=None,
+                      factor_rng=None) -> float:
+        """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone
+        (`rng`: jitter draws, unless `jitter` is given; `factor_rng`: the client's own stream of
+        its bandwidth spread, drawn once)."""
+        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client, factor_rng or rng)
 
 
 @dataclass
@@ -99,10 +113,13 @@ class InstantLink:
     def bandwidth_bps(self, direction, client=0, rng=None):
         return math.inf
 
-    def delay(self, rng=None):
+    def round_draws(self, n, rng):
+        return None
+
+    def delay(self, rng=None, jitter=None):
         return 0.0
 
-    def transfer_time(self, nbytes, direction, client=0, rng=None):
+    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor_rng=None):
         return 0.0
 
 
@@ -286,8 +303,8 @@ class TraceLink:
         up, down = self._of[client]
         return (up if direction == "up" else down) * 1e6
 
-    def delay(self, rng=None):
-        return self.latency + jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
+    round_draws = Link.round_draws
+    delay = Link.delay
 
-    def transfer_time(self, nbytes, direction, client=0, rng=None):
-        return self.delay(rng) + nbytes * 8.0 / self.bandwidth_bps(direction, client)
+    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor_rng=None):
+        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client)

@@ -41,11 +41,11 @@ class UniformSelection(Selection):
 
     def select(self, round_, available, num_clients, rng):
         k = self.count(num_clients)
-        available = list(available)
-        if len(available) <= k:
-            return sorted(available)
-        chosen = rng.choice(len(available), size=k, replace=False)
-        return sorted(available[i] for i in chosen)
+        avail = np.asarray(available, dtype=np.int64)       # NumPy over the fleet, no per-client objects
+        if len(avail) <= k:
+            return np.sort(avail).tolist()
+        chosen = rng.choice(len(avail), size=k, replace=False)
+        return np.sort(avail[chosen]).tolist()
 
 
 @dataclass

@@ -110,9 +110,8 @@ class BatchedExecutor(SequentialExecutor):
 
     # -- the stacked loop ----------------------------------------------------------------
     def _host_rows(self, job) -> np.ndarray:
-        if job.task not in self._rows_host:
-            self._rows_host[job.task] = [r.cpu().numpy() for r in self.tasks[job.task].client_rows]
-        rows = self._rows_host[job.task][job.client]
+        cr = self.tasks[job.task].client_rows
+        rows = cr.host(job.client) if hasattr(cr, "host") else cr[job.client].cpu().numpy()
         return rows if job.rows is None else rows[np.asarray(job.rows, dtype=np.int64)]
 
     def _indices(self, jobs, S):

@@ -22,6 +22,31 @@ from .jobs import PROBE_KEY, JobFuture, LocalRule, TrainJob, TrainResult, probe_
 from .lazy import force
 
 
+class ClientRows:
+    """Each client's row numbers into a task's x / y as a LongTensor on the device, made on
+    first use (a 10^6-client fleet pays only for the clients that train)."""
+
+    def __init__(self, indices, device):
+        self.indices, self.device = indices, device
+        self._made: dict = {}
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, client):
+        t = self._made.get(client)
+        if t is None:
+            t = self._made[client] = torch.as_tensor(np.asarray(self.indices[client]), dtype=torch.long,
+                                                     device=self.device)
+        return t
+
+    def __iter__(self):
+        return (self[c] for c in range(len(self)))
+
+    def host(self, client) -> np.ndarray:
+        return np.asarray(self.indices[client], dtype=np.int64)
+
+
 @dataclass
 class TaskData:
     """What an executor needs of one model's workload: the flat model and the data on device."""
@@ -29,7 +54,7 @@ class TaskData:
     net: FlatModel
     x: torch.Tensor
     y: torch.Tensor
-    client_rows: list            # per client: LongTensor of rows into x / y (on device)
+    client_rows: "ClientRows"    # per client: LongTensor of rows into x / y (on device), made lazily
 
 
 @dataclass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -21,7 +21,7 @@ class State(str, enum.Enum):
     DROPPED = "dropped"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Client:
     id: int
     group: str
@@ -32,18 +32,33 @@ class Client:
     streams: Any          # emulator.rng.Streams
     energy: Any = None    # fleet.EnergyParams or None
     work: dict = field(default_factory=dict)   # task -> devices.compute.Work (FLOPs per step)
-    _rngs: dict = field(default_factory=dict, repr=False)
+    _rngs: Optional[dict] = field(default=None, repr=False)
 
-    def rng(self, name: str) -> np.random.Generator:
-        """This client's own long-lived stream `name` (compute, network, ...)."""
+    def own(self, name: str) -> np.random.Generator:
+        """This client's own long-lived stream `name` (draws made once per client: its
+        bandwidth spread, a step time fixed for the run), created on first use."""
+        if self._rngs is None:
+            self._rngs = {}
         g = self._rngs.get(name)
         if g is None:
-            g = self._rngs[name] = self.streams.generator(name, self.id)
+            g = self._rngs[name] = self.streams.keyed(name, self.id)
         return g
 
-    def clock(self, round_: int, now: float, task: int = 0):
-        """The step clock of this client in this round (devices.compute.StepClock)."""
-        return self.compute.clock(self.id, round_, self.rng("compute"), now, self.work.get(task))
+    def clock(self, round_: int, now: float, task: int = 0, draw=None):
+        """The step clock of this client in this round (devices.compute.StepClock). `draw`: its
+        share of the round's bulk draw (RoundDraws); without one, random models draw from the
+        client's own stream of that round."""
+        m = self.compute
+        redraw = getattr(m, "redraw", None)
+        if not m.random:
+            rng = None
+        elif redraw == "client":
+            rng = self.own("compute.client")
+        elif draw is None or redraw == "step":
+            rng = self.streams.keyed("compute", self.id, round_)
+        else:
+            rng = None
+        return m.clock(self.id, round_, rng, now, self.work.get(task), draw)
 
-    def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0) -> float:
-        return self.clock(round_, now, task).time(steps)
+    def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0, draw=None) -> float:
+        return self.clock(round_, now, task, draw).time(steps)

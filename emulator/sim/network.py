@@ -37,7 +37,7 @@ class NetworkSim:
         cap = {}
         for c in clients:
             for d in ("up", "down"):
-                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, c.rng("network"))
+                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, c.own("network.client"))
         shared = {"up": [], "down": []}
         lat = {}
         if settings.server_link is not None:
@@ -69,16 +69,25 @@ class NetworkSim:
     def nominal_time(self, client, nbytes: int, direction: str) -> float:
         """What a client expects a transfer to take: its own link's latency and bandwidth,
         no jitter, no contention (time-driven clients plan with it)."""
-        bw = client.link.bandwidth_bps(direction, client.id, client.rng("network"))
+        bw = client.link.bandwidth_bps(direction, client.id,
+                                       client.own("network.client") if getattr(client.link, "spread", 0) > 0 else None)
         return client.link.latency + (0.0 if math.isinf(bw) else nbytes * 8.0 / bw)
 
-    def transfer(self, client, nbytes: int, direction: str):
-        """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`."""
+    def link_time(self, client, nbytes: int, direction: str, jitter) -> float:
+        """Seconds of a transfer over the client's dedicated link, with the given jitter."""
+        spread = getattr(client.link, "spread", 0) > 0
+        return client.link.transfer_time(nbytes, direction, client.id, None, jitter,
+                                         client.own("network.client") if spread else None)
+
+    def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
+        """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.
+        The latency's jitter is given (the round's bulk draw) or drawn from `rng`."""
+        if jitter is None and getattr(client.link, "jitter", 0) > 0:
+            jitter = float(client.link.delay(rng) - client.link.latency)
         if self.flows is None:
-            return _Timed(self.env.timeout(client.link.transfer_time(nbytes, direction, client.id,
-                                                                     client.rng("network"))))
+            return _Timed(self.env.timeout(self.link_time(client, nbytes, direction, jitter or 0.0)))
         pl, paths = self.paths[client.id]
         path = [("client", client.id, direction)]
         if math.isinf(self.flows.capacity[path[0]]):
             path = []
-        return self.flows.send(path + paths[direction], nbytes * 8.0, pl + client.link.delay(client.rng("network")))
+        return self.flows.send(path + paths[direction], nbytes * 8.0, pl + client.link.delay(None, jitter or 0.0))

@@ -55,6 +55,15 @@ class RoundLog:
         """Row of `client` in this log's columns."""
         return client if self._pos is None else self._pos[int(client)]
 
+    def positions(self, clients) -> np.ndarray:
+        """Rows of these clients (vectorised `at`)."""
+        clients = np.asarray(clients, dtype=np.int64)
+        if self._pos is None:
+            return clients
+        if len(clients) == len(self.ids) and np.array_equal(clients, self.ids):
+            return np.arange(len(clients))
+        return np.array([self._pos[int(c)] for c in clients], dtype=np.int64)
+
     def clients(self) -> np.ndarray:
         """Client id of each row."""
         return np.arange(self.n) if self.ids is None else self.ids

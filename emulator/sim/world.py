@@ -14,7 +14,7 @@ import torch
 
 from .. import registry
 from ..algorithms.base import AlgoContext
-from ..compute.executor import TaskData, pick_device
+from ..compute.executor import ClientRows, TaskData, pick_device
 from ..compute.flat import FlatModel
 from ..errors import DivergedError, ScenarioError
 from ..rng import Streams
@@ -137,6 +137,7 @@ class World:
         self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
                                  events=sc.output.events, multi_model=multi)
+        self.group_of = np.array([c.group_index for c in self.clients], dtype=np.int64)
         self.group_members = []
         for gi in range(len(self.groups)):
             members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
@@ -183,12 +184,17 @@ class World:
             except ValueError as e:
                 raise ScenarioError([(f"clients.groups[{gi}]", str(e))])
             self.groups.append(g)
-            for cid in members:
-                c = Client(int(cid), g.name, gi, compute, link, avail, self.streams, g.energy)
-                for t, m in zip(self.tasks, macs):
-                    b = min(t.batch_size or 10**12, int(t.client_sizes[cid]))
-                    c.work[t.index] = Work(flops_per_step=6.0 * m * b, batch=b)
-                clients.append(c)
+            works: dict = {}           # one Work per (model, batch): shared by the clients it fits
+            batches = [np.minimum(t.batch_size or 10**12, t.client_sizes[members]) for t in self.tasks]
+            for j, cid in enumerate(members.tolist()):
+                work = {}
+                for t, m, bs in zip(self.tasks, macs, batches):
+                    b = int(bs[j])
+                    w = works.get((t.index, b))
+                    if w is None:
+                        w = works[(t.index, b)] = Work(flops_per_step=6.0 * m * b, batch=b)
+                    work[t.index] = w
+                clients.append(Client(cid, g.name, gi, compute, link, avail, self.streams, g.energy, work))
         return clients
 
     def _build_executor(self):
@@ -196,8 +202,7 @@ class World:
         for t in self.tasks:
             x = torch.as_tensor(t.data.x_train, device=self.device, dtype=self.dtype)
             y = torch.as_tensor(t.data.y_train, device=self.device)
-            rows = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in t.data.client_indices]
-            tasks[t.index] = TaskData(t.net, x, y, rows)
+            tasks[t.index] = TaskData(t.net, x, y, ClientRows(t.data.client_indices, self.device))
         cls = registry.get("executor", self.sc.executor.name).factory
         return cls(tasks, self.streams, self.device, self.sc.executor)
 

@@ -30,17 +30,17 @@ class Background:
         self.env = protocol.env
         self.running: dict = {}        # client -> (process, work, spec)
 
-    def start(self, client, task, t: int, bc, log) -> None:
+    def start(self, client, task, t: int, bc, log, draws=None) -> None:
         """Client trains `local_steps` from this round's broadcast without uploading."""
         old = self.running.get(client.id)
         if old is not None and old[0].is_alive:
             old[0].interrupt("superseded")           # only the latest update is kept (spec 2.5)
-        proc = self.env.process(self._train(client, task, t, bc, log))
+        proc = self.env.process(self._train(client, task, t, bc, log, draws))
         self.running[client.id] = (proc, None, None)
 
-    def _train(self, client, task, t, bc, log):
+    def _train(self, client, task, t, bc, log, draws=None):
         proto, algo = self.proto, task.algorithm
-        work = proto.begin(client, task, t, log)
+        work = proto.begin(client, task, t, log, draws)
         log.set_extra("trained", client.id, True, dtype=bool, default=False)
         proc = self.env.active_process
 

@@ -33,6 +33,7 @@ from ...compute.jobs import TrainJob
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
 from ..client import State
+from ..draws import NoDraws, RoundDraws
 
 
 LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
@@ -106,10 +107,12 @@ class Work:
     stop records the partial times), its round's log row, its online watch."""
 
     __slots__ = ("client", "task", "t", "log", "row", "phase", "t0", "steps", "unit", "unit_floor",
-                 "dur", "transfer", "offline", "buffers")
+                 "dur", "transfer", "offline", "buffers", "draws", "_rng")
 
-    def __init__(self, client, task, t, log, offline):
+    def __init__(self, client, task, t, log, offline, draws=None):
         self.client, self.task, self.t, self.log = client, task, t, log
+        self.draws = NoDraws() if draws is None else draws   # the round's bulk draws (sim/draws.py)
+        self._rng = None
         self.row = log.at(client.id)
         self.phase, self.t0 = State.SELECTED, 0.0
         self.steps = self.unit = 0          # SGD steps planned; what clients.csv `steps` records
@@ -118,6 +121,12 @@ class Work:
         self.transfer = None
         self.offline = offline
         self.buffers = task.buffers         # BatchNorm statistics of the model it downloads
+
+    def rng(self, streams):
+        """This work's own stream (jitter of work outside a round's bulk draw), on first use."""
+        if self._rng is None:
+            self._rng = streams.keyed("network", self.client.id, self.t)
+        return self._rng
 
 
 class Protocol:
@@ -208,8 +217,12 @@ class Protocol:
         return bc
 
     # -- the pieces of a client's work --------------------------------------------------
-    def begin(self, client, task, t: int, log) -> Work:
-        return Work(client, task, t, log, self.offline_watch(client))
+    def begin(self, client, task, t: int, log, draws=None) -> Work:
+        return Work(client, task, t, log, self.offline_watch(client), draws)
+
+    def round_draws(self, t: int, clients, steps=None) -> RoundDraws:
+        """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
+        return RoundDraws(self.world, t, clients, steps)
 
     def _wait(self, work: Work, event):
         if work.offline is None:
@@ -225,7 +238,9 @@ class Protocol:
         work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
         work.t0 = env.now
         self.set_state(work.client, work.phase, work.t)
-        work.transfer = w.network.transfer(work.client, nb, direction)
+        jitter = work.draws.jitter_of(work.client.id, direction)
+        rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
+        work.transfer = w.network.transfer(work.client, nb, direction, jitter, rng)
         yield from self._wait(work, work.transfer.event)
         work.transfer = None
         log, i = work.log, work.row
@@ -255,7 +270,7 @@ class Protocol:
         `rows` a subset of the client's samples to train on."""
         env, task, c = self.env, work.task, work.client
         if duration is None:
-            clock = c.clock(work.t, env.now, task.index)
+            clock = c.clock(work.t, env.now, task.index, work.draws.draw(c.id))
             duration = clock.time(steps)
             unit_floor = clock.min_step(steps) if steps > 0 else 0.0
         if task.net.has_buffers and spec.buffers is None:
@@ -266,8 +281,10 @@ class Protocol:
         work.unit = steps if record_steps is None else record_steps
         work.unit_floor = unit_floor or 0.0
         self.set_state(c, State.COMPUTING, work.t, f"{steps} steps")
-        if duration > 0:             # an infinite step time never ends: an event that never fires
-            yield from self._wait(work, env.timeout(duration) if math.isfinite(duration) else env.event())
+        # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
+        # as the vector engine orders them: protocols/vector.py); an infinite step time never
+        # ends: an event that never fires
+        yield from self._wait(work, env.timeout(duration) if math.isfinite(duration) else env.event())
         log, i = work.log, work.row
         log.steps[i] = work.unit
         log.compute_time[i] = duration
@@ -304,12 +321,12 @@ class Protocol:
             return None
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None):
+                    on_fail: Optional[Callable] = None, after=None, draws=None):
         """The usual round of a participant, as a SimPy process: download the broadcast,
         compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
         upload lands, `on_fail(client_id)` when the client went offline. `after`: an event
         to wait for first (the client's own unfinished background job, FedUMF `wait`)."""
-        work = self.begin(client, task, t, log)
+        work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
 
         def body():

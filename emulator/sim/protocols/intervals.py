@@ -76,11 +76,12 @@ class Intervals(Protocol):
         size = min(max(int(np.floor(rng.normal(ds.mean[g], ds.std[g]))), 1), pool)
         return np.sort(rng.choice(pool, size, replace=False))
 
-    def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None) -> tuple:
+    def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None,
+             draw=None) -> tuple:
         """(tau, SGD steps per iteration, compute seconds, lower bound on one iteration's
         time) for `budget` seconds of compute starting at `start` (one clock: one speed draw
         per client per interval)."""
-        clock = client.clock(t, start, task.index)
+        clock = client.clock(t, start, task.index, draw)
         n = int(task.client_sizes[client.id]) if n_samples is None else n_samples
         spi = steps_per_epoch(n, task.batch_size) if self.p.iteration == "epoch" else 1
         if client.compute.name == "iterations":        # the model counts iterations itself
@@ -132,6 +133,7 @@ class Intervals(Protocol):
         nb_down = w.network.message_bytes(self.message_numel(task, "down"), "down")
         nb_up = w.network.message_bytes(self.message_numel(task, "up"), "up")
         procs = []
+        draws = self.round_draws(t, chosen)
         for cid in chosen:
             c = w.clients[cid]
             d = w.network.nominal_time(c, nb_down, "down")
@@ -140,7 +142,8 @@ class Intervals(Protocol):
                 log.drop(cid, "undeliverable")
                 continue
             rows = self.subset(cid, t, int(task.client_sizes[cid]))
-            tau, spi, dur, floor = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows))
+            tau, spi, dur, floor = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows),
+                                             draws.draw(cid))
             dur = self.within(t0, d, dur, u, delta)
             if rows is not None:
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
@@ -151,7 +154,7 @@ class Intervals(Protocol):
                 log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
                 log.drop(cid, "min_iterations")
                 continue
-            procs.append(env.process(self.train_for(c, task, t, bc, log, gate, tau, spi, dur, floor, rows)))
+            procs.append(env.process(self.train_for(c, task, t, bc, log, gate, tau, spi, dur, floor, rows, draws)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
         gate.closed = True
         late = [pr for pr in procs if pr.is_alive]
@@ -168,10 +171,10 @@ class Intervals(Protocol):
         extra.update(agg.round_cols)
         self.finish_aggregation(task, t, arrivals, log, extra)
 
-    def train_for(self, client, task, t, bc, log, gate, tau, spi, dur, floor, rows):
+    def train_for(self, client, task, t, bc, log, gate, tau, spi, dur, floor, rows, draws=None):
         """A candidate's interval: download, tau iterations (tau x spi SGD steps in the planned
         `dur` seconds; on `rows` only, Case 3), upload its model with tau (and |D_i^t|)."""
-        work = self.begin(client, task, t, log)
+        work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
 
         def body():

@@ -121,10 +121,16 @@ class MultiModel(Protocol):
         u0 = (t - 1) % self.M
         close = closing_time(env, self.p.wait.seconds) if self.p.wait.mode == "deadline" else None
         procs = []
+        workers, steps = [], []
+        for m, members in enumerate(groups):
+            st = self.local_steps_of(w.tasks[m])
+            workers += [int(c) for c in members]
+            steps += [st(int(c)) for c in members]
+        draws = self.round_draws(t, workers, steps)
         for m, members in enumerate(groups):
             if len(members):
                 group = ((m - u0) % self.M) + 1 if self.p.assignment == "mfa_rr" else None
-                procs.append(env.process(self.train_model(w.tasks[m], t, members, start, close, group)))
+                procs.append(env.process(self.train_model(w.tasks[m], t, members, start, close, group, draws)))
         if procs:
             yield env.all_of(procs)
             self.due.update(m for m, g in enumerate(groups) if len(g))     # the round ended: each owes its aggregation
@@ -132,7 +138,7 @@ class MultiModel(Protocol):
             w.rounds_done = max(w.rounds_done, t)
         self.check_targets(t)
 
-    def train_model(self, task, t, members, start, close, group):
+    def train_model(self, task, t, members, start, close, group, draws=None):
         """One model's part of round t: its group trains it; it aggregates when the last
         member reports (or at the deadline)."""
         w, env = self.world, self.env
@@ -150,7 +156,7 @@ class MultiModel(Protocol):
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
             procs[int(cid)] = env.process(self.participate(
                 c, task, t, bc, steps(int(cid)), log,
-                lambda cid_, up, st: gate.arrive(cid_, (up, st)), lambda cid_: gate.fail()))
+                lambda cid_, up, st: gate.arrive(cid_, (up, st)), lambda cid_: gate.fail(), draws=draws))
         if close is not None:
             yield gate.done | close
         else:

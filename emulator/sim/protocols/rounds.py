@@ -16,6 +16,7 @@ from ...registry import Params, register
 from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .vector import vector_round
 
 
 class WaitAll(Params):
@@ -43,6 +44,9 @@ class RoundsParams(LocalWorkParams):
     broadcast: Literal["unicast", "multicast"] = Field(
         "unicast", description="download bytes: one message per recipient, or one per round (a one-to-all "
                                "wireless broadcast; each recipient still takes its link's time)")
+    engine: Literal["auto", "process", "vector"] = Field(
+        "auto", description="process: a SimPy process per participant; vector: NumPy over the round and one "
+                            "timeout (when nothing can interrupt a client mid-round); auto: vector where it applies")
 
 
 class Rounds(Protocol):
@@ -52,6 +56,29 @@ class Rounds(Protocol):
         super().__init__(world, params)
         self.last_participants = 0
         self.background = Background(self)
+        why = self.vector_blockers()
+        if params.engine == "vector" and why:
+            from ...errors import ScenarioError
+            raise ScenarioError([("protocol.engine", f"the vector engine needs rounds nothing can interrupt; "
+                                                     f"here {why[0]} (use engine: process or auto)")])
+        self.engine = "vector" if params.engine == "vector" or (params.engine == "auto" and not why) else "process"
+
+    def vector_blockers(self) -> list:
+        """What makes the vector engine inapplicable (empty: it applies)."""
+        w = self.world
+        why = []
+        if w.time_availability:
+            why.append("clients go offline in continuous time (availability)")
+        if w.network.flows is not None:
+            why.append("transfers share links (network.server_link / topology)")
+        if any(getattr(t.algorithm, "trains_unselected", False) for t in w.tasks):
+            why.append("the algorithm trains unselected clients in the background")
+        if w.recorder.events is not None:
+            why.append("the event trace is on (output.events)")
+        return why
+
+    def summary(self) -> dict:
+        return {"engine": self.engine}
 
     def process(self):
         w = self.world
@@ -76,20 +103,34 @@ class Rounds(Protocol):
     def round(self, t: int):
         w, env = self.world, self.env
         task = w.tasks[0]
-        log = w.recorder.round_log(t)
         start = env.now
         avail = self.available(t)
-        log.available[avail] = True
         chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
-        log.selected[chosen] = True
-        wait = self.p.wait
-        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
         algo = task.algorithm
         background = getattr(algo, "trains_unselected", False)
+        if w.recorder.participants_only and not background:   # rows of the participants only
+            log = w.recorder.round_log(t, ids=chosen)
+            log.available[:] = True
+        else:
+            log = w.recorder.round_log(t)
+            log.available[avail] = True
+        log.selected[log.positions(chosen)] = True
+        wait = self.p.wait
+        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
         if background:
             algo.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
         self.multicast_sent = False
+        picked = set(int(c) for c in chosen)
+        unselected = [int(c) for c in avail if int(c) not in picked] if background else []
+        workers = [int(c) for c in chosen] + unselected
+        draws = self.round_draws(t, workers, [self.local_steps(c, task) for c in workers])
+        if self.engine == "vector":
+            items = yield from vector_round(self, task, t, chosen, log, bc, draws)
+            self.last_participants = len(items)
+            arrivals, agg = self.aggregate(task, t, items, log)
+            self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
+            return
         procs = {}
         for cid in chosen:
             c = w.clients[cid]
@@ -97,12 +138,10 @@ class Rounds(Protocol):
             first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
             procs[cid] = env.process(self.participate(
                 c, task, t, bc, self.local_steps(cid, task), log,
-                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first))
-        if background:                   # every other online client trains too (FedUMF Alg.1 L6)
-            picked = set(int(c) for c in chosen)
-            for cid in avail:
-                if int(cid) not in picked:
-                    self.background.start(w.clients[int(cid)], task, t, bc, log)
+                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first,
+                draws=draws))
+        for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
+            self.background.start(w.clients[cid], task, t, bc, log, draws)
         if wait.mode == "deadline":
             yield gate.done | closing_time(env, wait.seconds)
         else:

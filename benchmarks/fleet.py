@@ -1,0 +1,28 @@
+"""One fleet-scale engine run in a fresh process (benchmark P4):
+    python -m benchmarks.fleet CLIENTS PER_ROUND ROUNDS
+prints one JSON line: clients, per_round, rounds, setup_s, s_per_round, peak_rss_mb, engine."""
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+
+def main(argv=None):
+    n, k, rounds = (int(v) for v in (argv or sys.argv[1:])[:3])
+    from benchmarks.run import _register_noop, build_world, p3_scenario
+    _register_noop()
+    sc = p3_scenario(n, rounds)
+    sc["protocol"]["select"] = {"model": "uniform", "k": k}
+    world, setup = build_world(sc)
+    t = time.perf_counter()
+    world.run()
+    wall = time.perf_counter() - t
+    print(json.dumps({"clients": n, "per_round": k, "rounds": rounds, "setup_s": setup, "s_per_round": wall / rounds,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "engine": world.protocol.engine}))
+
+
+if __name__ == "__main__":
+    main()

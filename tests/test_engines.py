@@ -1,0 +1,135 @@
+"""The two engines of `rounds` (DESIGN.md section 3): `process` (a SimPy process per
+participant) and `vector` (NumPy over the round, one timeout) give identical clients.csv and
+metrics.csv (but for the measured wall time) for the same seed, over every wait mode, compute
+model and link model the vector engine applies to; `auto` picks vector there and process
+where something can interrupt a client mid-round."""
+import itertools
+
+import pandas as pd
+import pytest
+
+from emulator import scenario
+from emulator.errors import ScenarioError
+from emulator.sim.world import World
+
+from conftest import tiny
+
+COMPUTE = {
+    "constant": {"model": "constant", "step_time": 0.1},
+    "instant": {"model": "instant"},
+    "lognormal": {"model": "lognormal", "mean_step_time": 0.1, "sigma": 0.5},
+    "lognormal_step": {"model": "lognormal", "mean_step_time": 0.1, "sigma": 0.5, "redraw": "step"},
+    "normal_client": {"model": "normal", "mean_step_time": 0.1, "std": 0.05, "redraw": "client"},
+    "uniform": {"model": "uniform", "low": 0.05, "high": 0.2},
+    "exponential": {"model": "exponential", "mean_step_time": 0.1},
+    "flops": {"model": "flops", "gflops": 0.002},
+    "trace": "TRACE",
+}
+LINKS = {
+    "link": {"latency": 0.01, "up_mbps": 2, "down_mbps": 5},
+    "jitter_spread": {"latency": 0.01, "up_mbps": 2, "down_mbps": 5, "jitter": 0.05, "spread": 0.5},
+    "uniform_jitter": {"latency": 0.02, "up_mbps": 2, "down_mbps": 5, "jitter": 0.05, "jitter_dist": "uniform"},
+    "instant": "instant",
+    "link_trace": "LINKS",
+}
+WAITS = {"all": "all", "deadline": {"mode": "deadline", "seconds": 0.6}, "first_k": {"mode": "first_k", "k": 3}}
+
+
+def files(tmp_path):
+    trace = tmp_path / "steps.csv"
+    trace.write_text("client,start,step_time\n0,0,0.05\n0,0.7,0.3\n1,0,0.2\n1,1.2,0.02\n")
+    links = tmp_path / "links.csv"
+    links.write_text("client,up_mbps,down_mbps\n0,1,4\n1,8,20\n2,0.5,2\n")
+    return {"TRACE": {"model": "trace", "path": str(trace)},
+            "LINKS": {"model": "link_trace", "path": str(links), "latency": 0.01}}
+
+
+def run_both(sc, tmp_path, name):
+    out = {}
+    for engine in ("process", "vector"):
+        s = dict(sc, protocol=dict(sc["protocol"], engine=engine))
+        w = World(scenario.load(s))
+        w.run()
+        assert w.status == "complete" and w.protocol.engine == engine
+        from emulator import runner
+        m = w.recorder.metrics_frame()
+        runner.add_delay_metrics(w, m)
+        out[engine] = (m.drop(columns=["wall_time"]), w.recorder.clients_frame())
+    return out
+
+
+def scenario_for(compute, link, wait, avail, tmp_path):
+    f = files(tmp_path)
+    pick = lambda v: f[v] if isinstance(v, str) and v in f else v   # noqa: E731
+    sc = tiny(**{"run.rounds": 4, "clients.count": 9, "protocol.select": {"model": "uniform", "k": 5}})
+    g = sc["clients"]["groups"][0]
+    sc["clients"]["groups"] = [
+        dict(g, name="a", fraction=None, count=5, compute=pick(COMPUTE[compute]),
+             network=pick(LINKS[link]), availability=avail),
+        dict(g, name="b", fraction=None, count=4, compute={"model": "lognormal", "mean_step_time": 0.15, "sigma": 0.3},
+             network={"latency": 0.03, "up_mbps": 1, "down_mbps": 3, "jitter": 0.02}, availability=avail)]
+    for grp in sc["clients"]["groups"]:
+        grp.pop("fraction")
+    sc["protocol"]["wait"] = WAITS[wait]
+    return sc
+
+
+CASES = ([(c, "jitter_spread", "deadline") for c in COMPUTE]                  # every compute model
+         + [("lognormal", ln, "deadline") for ln in LINKS if ln != "jitter_spread"]   # every link model
+         + [(c, "link", w) for c in ("constant", "lognormal_step") for w in ("all", "first_k")])   # every wait mode
+
+
+@pytest.mark.parametrize("compute, link, wait", CASES)
+def test_process_and_vector_engines_give_identical_records(compute, link, wait, tmp_path):
+    sc = scenario_for(compute, link, wait, {"model": "bernoulli", "p": 0.8}, tmp_path)
+    out = run_both(sc, tmp_path, f"{compute}-{link}-{wait}")
+    (mp, cp), (mv, cv) = out["process"], out["vector"]
+    pd.testing.assert_frame_equal(cp, cv, check_exact=True)
+    pd.testing.assert_frame_equal(mp, mv, check_exact=True)
+    if wait != "all":          # the case is not vacuous: someone was late
+        assert cp["dropped"].any() or compute == "instant" or link == "instant"
+
+
+@pytest.mark.parametrize("avail", [{"model": "always"}, {"model": "markov", "p_on_off": 0.3, "p_off_on": 0.5},
+                                   {"model": "sine", "p": 0.7, "amplitude": 0.3, "period": 3}])
+def test_engines_agree_under_per_round_availability_and_multicast(avail, tmp_path):
+    sc = scenario_for("uniform", "jitter_spread", "deadline", avail, tmp_path)
+    sc["protocol"]["broadcast"] = "multicast"
+    out = run_both(sc, tmp_path, "avail")
+    pd.testing.assert_frame_equal(out["process"][1], out["vector"][1], check_exact=True)
+    pd.testing.assert_frame_equal(out["process"][0], out["vector"][0], check_exact=True)
+
+
+def test_auto_picks_the_engine_and_vector_refuses_what_it_cannot_do():
+    sc = tiny()
+    assert World(scenario.load(sc)).protocol.engine == "vector"
+    timed = tiny()
+    timed["clients"]["groups"][0]["availability"] = {"model": "markov_time", "mean_on": 5, "mean_off": 1}
+    assert World(scenario.load(timed)).protocol.engine == "process"
+    timed["protocol"]["engine"] = "vector"
+    with pytest.raises(ScenarioError) as e:
+        World(scenario.load(timed))
+    assert e.value.problems[0][0] == "protocol.engine" and "continuous time" in e.value.problems[0][1]
+    umf = tiny(**{"algorithm": {"name": "fedumf", "lr": 0.1}})
+    assert World(scenario.load(umf)).protocol.engine == "process"
+
+
+def test_equal_time_uploads_are_aggregated_in_simpys_order(tmp_path):
+    """Uploads landing at the same instant are aggregated in the order SimPy processes them:
+    the one whose computation ended first (here the higher ids, group b) comes first. Times
+    are exact binary fractions: a (ids 0-3) downloads 0.125 s, computes 0.25 s, uploads
+    0.125 s; b (ids 4-7) 0.125, 0.125, 0.25: both land at 0.5 s."""
+    sc = tiny(**{"run.rounds": 3, "clients.count": 8, "protocol.select": {"model": "all"}, "protocol.local_steps": 1})
+    sc["workload"]["partition"] = {"name": "dirichlet", "alpha": 0.5}        # unequal weights
+    g = sc["clients"]["groups"][0]
+    g.pop("fraction")
+    sc["clients"]["groups"] = [
+        dict(g, name="a", count=4, compute={"model": "constant", "step_time": 0.25},
+             network={"latency": 0.0, "up_mbps": 0.1664, "down_mbps": 0.1664}),
+        dict(g, name="b", count=4, compute={"model": "constant", "step_time": 0.125},
+             network={"latency": 0.0, "up_mbps": 0.0832, "down_mbps": 0.1664})]
+    out = run_both(sc, tmp_path, "ties")
+    (mp, cp), (mv, cv) = out["process"], out["vector"]
+    assert (mp["round_time"].dropna() == 0.5).all()
+    pd.testing.assert_frame_equal(mp, mv, check_exact=True)
+    pd.testing.assert_frame_equal(cp, cv, check_exact=True)
