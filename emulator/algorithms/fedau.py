@@ -16,11 +16,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from ..compute.jobs import LocalRule, LocalSpec
-from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, Algorithm, Upload, weighted_sum
-from .schedule import ScheduledParams, local_lr
+from .base import Aggregation, weighted_sum
+from .schedule import LocalSgdDelta, ScheduledParams
 
 ABSENT, IV_SUM, IV_COUNT = "fedau_absent", "fedau_interval_sum", "fedau_interval_count"
 
@@ -29,20 +27,10 @@ class FedAuParams(ScheduledParams):
     cutoff: int = Field(50, ge=1, description="K_cut: an absence this long is recorded as an interval (fedsum.md 4)")
 
 
-class FedAu(Algorithm):
+class FedAu(LocalSgdDelta):
     name = "fedau"
     supports = frozenset({"rounds"})
     weights_total = None          # omega_i / N: the weights sum to |S^t| x mean(omega) / N
-
-    def lr(self, t):
-        return local_lr(self.p, t)
-
-    def local_spec(self, client, t, received):
-        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.lr(t)))
-
-    def upload(self, client, t, result):
-        x = self.x                                  # x^t: the server has not moved since the broadcast
-        return Upload([derived(lambda r: r.params - x, result)], result=result)
 
     def aggregate(self, t, arrivals):
         N = self.ctx.num_clients

@@ -16,7 +16,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..compute.jobs import LocalRule, LocalSpec
+from ..compute.lazy import derived
 from ..registry import Params
+from .base import Algorithm, Upload
 
 
 class ScheduledParams(Params):
@@ -36,3 +39,19 @@ def local_lr(p, t: int) -> float:
     if p.lr_schedule == "constant":
         return float(p.lr)
     return float(p.lr / math.sqrt(spec_round(t) / 10 + 1))
+
+
+class LocalSgdDelta(Algorithm):
+    """Clients run LocalSGD(x^t): K plain SGD steps at eta_l^t from the broadcast x^t, and upload
+    Delta_i = y_K - x^t (MIFA, FedVARP, FedAU: fedsum.md section 4). The server must not move x
+    between the broadcast and the uploads (it does not under `rounds`)."""
+
+    def lr(self, t):
+        return local_lr(self.p, t)
+
+    def local_spec(self, client, t, received):
+        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.lr(t)))
+
+    def upload(self, client, t, result):
+        x = self.x                                  # x^t: the server has not moved since the broadcast
+        return Upload([derived(lambda r: r.params - x, result)], result=result)   # Delta_i = y_K - x^t

@@ -24,28 +24,15 @@ from __future__ import annotations
 
 import torch
 
-from ..compute.jobs import LocalRule, LocalSpec
-from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, Algorithm, Upload
-from .schedule import ScheduledParams, local_lr
+from .base import Aggregation
+from .schedule import LocalSgdDelta, ScheduledParams
 
 
-class _StoredUpdates(Algorithm):
+class _StoredUpdates(LocalSgdDelta):
     supports = frozenset({"rounds"})
     weights_total = None          # the step is a mean over all N stored updates, not a mean of the uploads
     table = "?"
-
-    def lr(self, t):
-        return local_lr(self.p, t)
-
-    def local_spec(self, client, t, received):
-        # LocalSGD(x^t): K plain SGD steps at eta_l^t
-        return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.lr(t)))
-
-    def upload(self, client, t, result):
-        x = self.x                                  # x^t: the server has not moved since the broadcast
-        return Upload([derived(lambda r: r.params - x, result)], result=result)   # Delta_i = y_K - x^t
 
     def _arrived(self, arrivals):
         return sorted((a for a in arrivals if a.steps > 0), key=lambda a: a.client)

@@ -193,6 +193,15 @@ class Protocol:
             return None
         return False
 
+    def ready_for(self, t: int):
+        """Generator, before round t of a round-based protocol: True to run it; False when
+        nobody was online and time moved to when someone comes (check again); None when nobody
+        will ever be online again (the run stalls)."""
+        if self.world.time_availability and not len(self.available(t)):
+            moved = yield from self.wait_for_someone()
+            return None if moved is None else not moved
+        return True
+
     def offline_watch(self, client):
         """An event that fires when the client's current online period ends (None: never
         before it finishes, for per-round availability models)."""

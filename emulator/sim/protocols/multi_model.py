@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Literal, Optional, Union
 
 import numpy as np
-import simpy
 import torch
 from pydantic import Field, model_validator
 
@@ -96,12 +95,11 @@ class MultiModel(Protocol):
         w = self.world
         t = 0
         while not w.should_stop():
-            if w.time_availability and not len(self.available(t + 1)):
-                moved = yield from self.wait_for_someone()
-                if moved is None:
-                    return
-                if moved:
-                    continue
+            ready = yield from self.ready_for(t + 1)
+            if ready is None:
+                return
+            if not ready:
+                continue
             t += 1
             yield from self.round(t)
             if self.p.gain.stop_at_target and self.all_hit is not None:

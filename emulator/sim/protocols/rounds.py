@@ -85,12 +85,11 @@ class Rounds(Protocol):
         t = 0
         empty_streak = 0
         while not w.should_stop():
-            if w.time_availability and not len(self.available(t + 1)):
-                moved = yield from self.wait_for_someone()
-                if moved is None:
-                    return
-                if moved:
-                    continue
+            ready = yield from self.ready_for(t + 1)
+            if ready is None:
+                return
+            if not ready:
+                continue
             t += 1
             before = self.env.now
             yield from self.round(t)
