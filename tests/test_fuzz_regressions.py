@@ -258,6 +258,23 @@ def test_the_run_directory_check_forgives_a_model_whose_only_round_the_budget_cu
     assert res.summary["rounds"] == 1 and checks.check_all(res.run_dir) == []
 
 
+def test_a_summary_figure_at_minus_infinity_replays_equal(run_in):
+    """make fuzz (200 examples) drew a multi-model run whose client_quadratic model starts at
+    its exact minimiser (c_std 0, no local steps): final_log10_gap = -inf, correctly. The
+    replay check compared -inf with -inf by subtraction (nan) and called it a difference."""
+    from fuzz import checks
+    sc = _mm(1, allow_unequal_groups=True)
+    sc["workloads"] = [{"dataset": {"name": "quadratic"}, "model": {"name": "quadratic"}},
+                       {"dataset": {"name": "client_quadratic", "dim": 1, "c_std": 0.0}, "model": {"name": "quadratic"}}]
+    sc["protocol"]["local_steps"] = 0
+    sc["clients"]["groups"][0]["compute"] = {"model": "constant", "step_time": 0.001}
+    sc["run"] = {"rounds": 1, "virtual_time": 0.01}
+    a = run_in(sc, "a")
+    assert a.summary["models"][1]["final_log10_gap"] == -np.inf
+    b = run_in(a.run_dir / "config.yaml", "b")
+    assert checks.compare(a.run_dir, b.run_dir) == []
+
+
 @pytest.mark.parametrize("path, value, where, says", [
     ("workload.dataset", 17, "workload.dataset", "expected a mapping, got 17"),
     ("clients.groups.0.compute", [1], "clients.groups[0].compute", "expected a mapping, got [1]"),

@@ -456,7 +456,7 @@ def _dict_diff(x, y, rtol, atol, path="") -> list:
     if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
         return [d for i, (u, v) in enumerate(zip(x, y)) for d in _dict_diff(u, v, rtol, atol, f"{path}[{i}]")]
     if isinstance(x, float) and isinstance(y, float):
-        if math.isnan(x) and math.isnan(y):
+        if x == y or (math.isnan(x) and math.isnan(y)):       # equal infinities too (inf - inf is nan)
             return []
         return [] if abs(x - y) <= atol + rtol * abs(y) else [f"{path}: {x!r} vs {y!r}"]
     return [] if x == y else [f"{path}: {x!r} vs {y!r}"]
