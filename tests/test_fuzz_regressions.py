@@ -275,6 +275,36 @@ def test_a_summary_figure_at_minus_infinity_replays_equal(run_in):
     assert checks.compare(a.run_dir, b.run_dir) == []
 
 
+@pytest.mark.parametrize("cap", [None, 0.6])
+def test_dms_weights_stay_exact_under_a_huge_slope(cap):
+    """make fuzz drew DMS on clients of one sample each: the probes' sigma^2 is 0, floored at
+    1e-12, so s ~ 1e12 and c + s tau_i cancelled two numbers of that order: the weights summed
+    to 1.00003 (post-run invariant). s tau_i is now taken relative to its largest value."""
+    from emulator.algorithms.tsfl import capped_waterfill, waterfill
+    s = 0.123456789e12
+    tau = [2, 2, 2, 1]                                   # the old code: sum off by 3e-5
+    rho = waterfill(tau, s) if cap is None else capped_waterfill(tau, s, cap)
+    assert rho.sum() == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(rho, [1 / 3, 1 / 3, 1 / 3, 0.0], atol=1e-12)
+
+
+def test_an_empty_multi_model_round_counts_without_a_metrics_row(run_in):
+    """make fuzz drew a one-workload multi-model run whose only client is never online: the
+    round runs (summary rounds 1), nobody trains, so no model has a metrics row for it. The
+    generator's file check treated a one-workload multi-model run as a single-model protocol
+    (which records every round) and called it three inconsistencies."""
+    from fuzz import checks
+    sc = _mm(1)
+    sc["workloads"] = sc["workloads"][:1]
+    sc["clients"]["groups"][0]["availability"] = {"model": "bernoulli", "p": 0.0}
+    sc["run"] = {"rounds": 1}
+    res = run_in(sc)
+    assert res.summary["rounds"] == 1 and list(res.metrics["round"]) == [0]
+    clients = pd.read_csv(res.run_dir / "clients.csv")
+    assert list(clients["model"]) == [-1]
+    assert checks.check_all(res.run_dir) == []
+
+
 @pytest.mark.parametrize("path, value, where, says", [
     ("workload.dataset", 17, "workload.dataset", "expected a mapping, got 17"),
     ("clients.groups.0.compute", [1], "clients.groups[0].compute", "expected a mapping, got [1]"),

@@ -44,13 +44,20 @@ def slope(eta, L, G2, sigma2, n, H) -> float:
     return eta * L * max(H - 1, 0) * G2 / (2.0 * n * max(sigma2, 1e-12))
 
 
+def _shifted(st: np.ndarray) -> np.ndarray:
+    """s tau_i minus its largest value: the weights do not change (c absorbs a common shift), and
+    with a huge slope (sigma^2 estimated ~0, floored at 1e-12) c + s tau_i no longer cancels two
+    numbers of order s: the weighted clients' terms are ~0, so their weights stay exact."""
+    return st - st.max() if len(st) else st
+
+
 def waterfill(tau, s) -> np.ndarray:
     """tsfl.md 3.3 / D7 [ours, A6]: rho_i = max(0, c + s tau_i) with c making sum rho = 1;
     equals the Cor.-1 closed form 1/n + s (tau_i - mean tau) whenever that is >= 0. Any sign
     of s: the clients are taken in decreasing order of s tau_i (s < 0 favours small tau)."""
     tau = np.asarray(tau, float)
     n = len(tau)
-    st = s * tau
+    st = _shifted(s * tau)
     order = np.argsort(-st, kind="stable")
     for k in range(n, 0, -1):
         top = order[:k]
@@ -74,7 +81,7 @@ def capped_waterfill(tau, s, cap) -> np.ndarray:
         return np.zeros(0)
     if cap * n < 1 - 1e-12:
         raise ValueError(f"cap {cap} x {n} clients < 1: no weights on the simplex respect it")
-    st = s * tau
+    st = _shifted(s * tau)
     f = lambda c: float(np.clip(c + st, 0.0, cap).sum())          # noqa: E731  nondecreasing in c
     # f is piecewise linear with breakpoints where a client hits 0 (c = -s tau_i) or the cap
     # (c = cap - s tau_i); f = 0 below the lowest and n cap >= 1 above the highest

@@ -36,6 +36,9 @@ class RunDir:
         ev = self.path / "events.csv"
         self.events = pd.read_csv(ev, keep_default_na=False, na_values=[""]) if ev.exists() else None
         self.M = len(self.config["workloads"]) if "workloads" in self.config else 1
+        # multi-model runs (even with one workload) skip a model in a round nobody trains it:
+        # no metrics row, while the round counts in summary rounds
+        self.multi = self.config.get("protocol", {}).get("name") == "multi_model"
         self.N = int(self.config["clients"]["count"])
         self.protocol = self.config["protocol"]["name"]
         self.all_rows = self.config.get("output", {}).get("clients_csv", "all") == "all"
@@ -162,7 +165,7 @@ def aggregations(rd: RunDir) -> list:
     if rd.protocol != "async":
         if rd.all_rows:
             have = {(int(r), int(k)) for r, k in zip(trained["round"], trained["model"])}
-            if rd.M == 1:
+            if not rd.multi:
                 have = {(r, 0) for r in c["round"].unique()}
             missing = sorted(agg - have)
             if missing:
@@ -190,7 +193,7 @@ def aggregations(rd: RunDir) -> list:
                     break
     elif (m.loc[m["round"] >= 1, "participants"] != 1).any():
         bad.append("an async merge with participants != 1")
-    if rd.summary["status"] == "complete" and rd.M == 1 and rd.summary["rounds"] > 0 and not agg:
+    if rd.summary["status"] == "complete" and not rd.multi and rd.summary["rounds"] > 0 and not agg:
         bad.append("a complete run with rounds but no aggregation recorded")
     return bad
 
@@ -347,9 +350,9 @@ def summary_figures(rd: RunDir) -> list:
     s, m, c, bad = rd.summary, rd.metrics, rd.clients, []
     run = rd.config["run"]
     top = int(m["round"].max()) if len(m) else 0
-    if rd.M == 1 and s["rounds"] != top:
+    if not rd.multi and s["rounds"] != top:
         bad.append(f"summary rounds {s['rounds']} != last metrics round {top}")
-    if rd.M > 1 and s["rounds"] < top:
+    if rd.multi and s["rounds"] < top:
         bad.append(f"summary rounds {s['rounds']} < last metrics round {top}")
     if run.get("rounds") is not None and s["rounds"] > run["rounds"]:
         bad.append(f"{s['rounds']} rounds, more than run.rounds = {run['rounds']}")
@@ -357,7 +360,7 @@ def summary_figures(rd: RunDir) -> list:
             and s["rounds"] != run["rounds"]:
         bad.append(f"complete after {s['rounds']} of run.rounds = {run['rounds']}")
     if abs(s["virtual_time"] - float(m["virtual_time"].max())) > 1e-9 and not rd.ended_early \
-            and rd.protocol != "async" and not (rd.M > 1):
+            and rd.protocol != "async" and not rd.multi:
         bad.append(f"summary virtual_time {s['virtual_time']} != last aggregation {m['virtual_time'].max()}")
     if rd.all_rows:
         col = c["sgd_steps"] if "sgd_steps" in c else c["steps"]
@@ -366,7 +369,7 @@ def summary_figures(rd: RunDir) -> list:
     if s["grad_steps_computed"] < 0 or s["grad_steps_skipped"] < 0:
         bad.append("negative gradient step counts")
     if rd.summary["status"] == "complete" and run.get("rounds") is not None and run.get("virtual_time") is None \
-            and rd.M == 1 and s["rounds"] == run["rounds"]:
+            and not rd.multi and s["rounds"] == run["rounds"]:
         last = m[m["round"] == s["rounds"]]
         if "test_loss" in last and last["test_loss"].isna().any():
             bad.append("the last aggregation was not evaluated")
