@@ -465,10 +465,50 @@ def _first_model(ann):
     return None
 
 
+def _without_plain_tags(S, loc) -> list:
+    """`loc` without the tags pydantic puts after a plain discriminated union (protocol.wait's
+    `mode`: an error in `{mode: deadline}` is located at wait.deadline.seconds); users never
+    write them. Registry unions ('kind:name' tags) are left to the caller."""
+    out, cur, tags = [], S, None
+    for k in loc:
+        if tags is not None:
+            member, tags = tags.get(k) if isinstance(k, str) else None, None
+            if member is not None:
+                cur = member
+                continue
+        out.append(k)
+        if isinstance(k, str) and k in _TAGGED:
+            cur = _TAGGED[k]
+            continue
+        if isinstance(k, int) or not (isinstance(cur, type) and issubclass(cur, BaseModel)) \
+                or k not in cur.model_fields:
+            cur = None if not isinstance(k, int) else cur
+            continue
+        f = cur.model_fields[k]
+        disc = f.discriminator if isinstance(f.discriminator, str) else None
+        cur = _first_model(f.annotation)
+        if disc:
+            tags = {}
+            for m in _members(f.annotation):
+                t = m.model_fields.get(disc)
+                for v in (typing.get_args(t.annotation) if t is not None else ()):
+                    if isinstance(v, str):
+                        tags[v] = m
+    return out
+
+
+def _members(ann):
+    """The model classes inside an annotation (a union's members)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        yield ann
+    for a in typing.get_args(ann):
+        yield from _members(a)
+
+
 def explain(err: ValidationError, raw, S) -> list:
     problems = []
     for e in err.errors():
-        loc = list(e["loc"])
+        loc = _without_plain_tags(S, list(e["loc"]))
         clean = [k for k in loc if not (isinstance(k, str) and (k in _TAGGED or k == "__never__"
                                                                  or k.startswith(("function-", "tagged-union"))))]
         path = format_path(clean)

@@ -310,6 +310,10 @@ def test_an_empty_multi_model_round_counts_without_a_metrics_row(run_in):
     ("clients.groups.0.compute", [1], "clients.groups[0].compute", "expected a mapping, got [1]"),
     ("protocol", 17, "protocol", "expected a mapping, got 17"),
     ("protocol.wait", {"seconds": 1.0}, "protocol.wait.mode", "missing `mode`; one of: all, deadline, first_k"),
+    # make fuzz: a mode without its value was located at the tag pydantic inserts
+    # (protocol.wait.deadline.seconds), a path no user writes
+    ("protocol.wait", {"mode": "deadline"}, "protocol.wait.seconds", "required field missing"),
+    ("protocol.wait", {"mode": "first_k"}, "protocol.wait.k", "required field missing"),
 ])
 def test_a_component_block_that_is_no_mapping_or_lacks_its_mode_is_reported_where_it_is(path, value, where, says):
     """A number where a component's mapping goes was reported as `<path>.name: missing name`;
