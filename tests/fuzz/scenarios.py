@@ -354,7 +354,7 @@ def scenarios(draw, protocols=None, algorithms=None, max_clients: int = 50):
     sc["clients"] = clients
     sc["protocol"] = draw(protocol(ctx, proto, clients["groups"], M))
     sc["algorithm"] = {"name": algo, **draw(P.component("algorithm", algo, ctx))}
-    sc["run"] = draw(run_block(ctx, proto, sc["protocol"]))
+    sc["run"] = draw(run_block(ctx, proto, sc["protocol"], clients["groups"]))
     ex = draw(st.sampled_from(sorted(registry.table("executor"))))
     sc["executor"] = {"name": ex, **draw(P.component("executor", ex, ctx))}
     net = draw(network_settings(clients["groups"]))
@@ -367,16 +367,25 @@ def scenarios(draw, protocols=None, algorithms=None, max_clients: int = 50):
     return Drawn(sc, dict(ctx.files))
 
 
+# availability in continuous time: a client may go offline before any of its work completes
+# (on periods of 0.1 s against a 2 s download): progress is possible but can take ~1e9 attempts,
+# a run no budget of rounds ends (make fuzz drew one: async, markov_time on 0.1 s / off 1 s,
+# 0.01 Mbit/s downlink). Such fleets always get a virtual-time budget.
+CONTINUOUS = ("markov_time", "diurnal", "trace")
+
+
 @st.composite
-def run_block(draw, ctx: Ctx, proto: str, pblock: dict):
+def run_block(draw, ctx: Ctx, proto: str, pblock: dict, groups=()):
     run = {}
+    timed = any(isinstance(g.get("availability"), dict) and g["availability"].get("model") in CONTINUOUS
+                for g in groups)
     if proto == "intervals" and draw(st.integers(0, 3)) == 0:
         # a virtual-time budget alone: intervals take exactly `interval` each, so few of them
         run["virtual_time"] = pblock["interval"] * draw(fl(0.5, 4.0))
     else:
         run["rounds"] = draw(st.integers(1, 4))
-        if draw(st.integers(0, 3)) == 0:
-            run["virtual_time"] = draw(pos(0.01, 10.0))
+        if timed or draw(st.integers(0, 3)) == 0:
+            run["virtual_time"] = draw(pos(0.01, 10.0)) if not timed else draw(pos(0.01, 60.0))
     run["eval_every"] = draw(opt(st.integers(1, 3)))
     run["eval_train"] = draw(opt(st.booleans()))
     run["eval_every_seconds"] = draw(opt(pos(0.05, 5.0))) if draw(st.integers(0, 3)) == 0 else OMIT
