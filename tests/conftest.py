@@ -21,6 +21,16 @@ import torch  # noqa: E402
 torch.set_num_threads(THREADS)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models (the fuzz tests): one torch thread is fastest and never oversubscribes the
+    cores. Modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def tiny(**over) -> dict:
     """logreg on sklearn digits, 6 clients, 3 rounds: a fast, real scenario."""
     sc = {

@@ -31,14 +31,7 @@ from fuzz.scenarios import CLASSIFIER_DATA, QUADRATIC_DATA, materialize, scenari
 WALL_LIMIT_S = 120
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one torch thread is fastest and never oversubscribes the cores."""
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # conftest.py
 
 
 class TooLong(Exception):

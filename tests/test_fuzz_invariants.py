@@ -1,7 +1,6 @@
 """The post-run invariants complete enough for the issue's three historical bugs and the checks
 the scenario generator needs (issue 16): each corruption below is what one of those bugs (or a
 plausible cousin) leaves in the recorder, and emulator/invariants.py must name it."""
-import copy
 
 import numpy as np
 import pytest
@@ -14,13 +13,7 @@ from emulator.sim.world import World
 from conftest import tiny
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # conftest.py
 
 
 def _world(sc):

@@ -1,6 +1,5 @@
 """Bugs the scenario generator (tests/test_fuzz.py, `make fuzz`) found, each as a plain test:
 the smallest scenario that showed it, and what must hold instead."""
-import copy
 
 import numpy as np
 import pandas as pd
@@ -12,20 +11,7 @@ from emulator.errors import ScenarioError
 from conftest import tiny
 
 
-def _one_thread():
-    import torch
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    return n
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one torch thread is fastest, and never oversubscribes the cores."""
-    import torch
-    n = _one_thread()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # conftest.py
 
 
 def test_a_device_group_that_rounds_to_no_client_is_empty_not_a_crash(run_in):
