@@ -129,7 +129,8 @@ def _never_closes(proto, task, t, ids, clients, steps, log, bc, d, a1, a2, a3, d
     if last > t0:
         yield at_time(env, last)
     rows = log.positions(ids)
-    log.comm_time[rows] = np.where(fin, (a1 - t0) + (a3 - a2), a1 - t0)
+    with np.errstate(invalid="ignore"):        # a3 - a2 is inf - inf where a step never ends (not fin)
+        log.comm_time[rows] = np.where(fin, (a1 - t0) + (a3 - a2), a1 - t0)
     log.steps[rows] = np.where(fin, steps, 0)
     log.compute_time[rows] = np.where(fin, dur, 0.0)
     log.min_compute[rows] = np.where(fin, steps * floor, 0.0)
