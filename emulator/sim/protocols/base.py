@@ -193,6 +193,18 @@ class Protocol:
             return None
         return False
 
+    def close_round(self, gate, procs):
+        """Generator: the round closes now. Participants still working are interrupted ('late')
+        and record their partial work first (one 0 s timeout); returns the arrived items
+        [(client, upload, steps)] in arrival order."""
+        gate.closed = True
+        late = [p for p in procs if p.is_alive]
+        for p in late:
+            p.interrupt("late")
+        if late:
+            yield self.env.timeout(0)
+        return [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+
     def ready_for(self, t: int):
         """Generator, before round t of a round-based protocol: True to run it; False when
         nobody was online and time moved to when someone comes (check again); None when nobody

@@ -156,13 +156,7 @@ class Intervals(Protocol):
                 continue
             procs.append(env.process(self.train_for(c, task, t, bc, log, gate, tau, spi, dur, floor, rows, draws)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
-        gate.closed = True
-        late = [pr for pr in procs if pr.is_alive]
-        for pr in late:
-            pr.interrupt("late")
-        if late:
-            yield env.timeout(0)
-        items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        items = yield from self.close_round(gate, procs)
         arrivals, agg = self.aggregate(task, t, items, log)
         taus = [a.meta["tau"] for a in arrivals]
         extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),

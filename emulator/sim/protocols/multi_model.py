@@ -159,13 +159,7 @@ class MultiModel(Protocol):
             yield gate.done | close
         else:
             yield gate.done
-        gate.closed = True
-        late = [p for p in procs.values() if p.is_alive]
-        for p in late:
-            p.interrupt("late")
-        if late:
-            yield env.timeout(0)
-        items = [(cid, up, st) for cid, (up, st) in gate.arrived]
+        items = yield from self.close_round(gate, procs.values())
         arrivals, agg = self.aggregate(task, t, items, log)
         extra = {"round_time": env.now - start, "model_time": env.now - start, "frame": (t - 1) // self.M + 1,
                  "u": (t - 1) % self.M + 1, "n_clients": len(members), "lr": task.algorithm.lr(t), **agg.round_cols}

@@ -145,13 +145,7 @@ class Rounds(Protocol):
             yield gate.done | closing_time(env, wait.seconds)
         else:
             yield gate.done
-        gate.closed = True
-        late = [proc for proc in procs.values() if proc.is_alive]
-        for proc in late:
-            proc.interrupt("late")
-        if late:
-            yield env.timeout(0)  # let the interrupted clients record their partial work first
-        items = [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        items = yield from self.close_round(gate, procs.values())
         self.last_participants = len(items)
         if background:                   # clients.csv `trained`: participants that computed too
             for cid in chosen:
