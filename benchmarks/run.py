@@ -421,11 +421,39 @@ def p4(quick: bool) -> dict:
     return out
 
 
+def async_fleet(quick: bool) -> dict:
+    """Async (FedAsync, buffer 1) at 10^3 .. 10^5 clients, engine only (training skipped): every
+    client trains from the start, each arrival is merged; merges per wall second, and the
+    recorder's rows and bytes (one row per job: linear in the jobs that ran, not N x merges)."""
+    _register_noop()
+    sizes = [1_000, 10_000] + ([] if quick else [100_000])
+    merges = 200
+    log(f"async: FedAsync, {merges} merges, engine only, per-client links and lognormal step times")
+    rows_out = []
+    for n in sizes:
+        sc = p3_scenario(n, merges)
+        sc["clients"]["groups"][0]["compute"] = {"model": "lognormal", "mean_step_time": 1.0, "sigma": 0.5}
+        sc["clients"]["groups"][0]["availability"] = {"model": "always"}
+        sc["protocol"] = {"name": "async", "local_steps": 1}
+        sc["algorithm"] = {"name": "fedasync", "lr": 0.01}
+        world, setup = build_world(sc)
+        wall = run_world(world)
+        rec = world.recorder
+        nrows = sum(lg.n for lg in rec.rounds)
+        nbytes = sum(x.nbytes for lg in rec.rounds for x in [*lg.cols.values(), lg.min_compute, *lg.extra.values()])
+        r = {"clients": n, "merges": merges, "setup_s": setup, "wall_s": wall, "merges_per_s": merges / wall,
+             "recorder_rows": nrows, "recorder_mb": nbytes / 2**20}
+        rows_out.append(r)
+        log(f"  {n:7d} clients: {merges / wall:8.1f} merges/s (setup {setup:.1f} s), recorder {nrows} rows, "
+            f"{nbytes / 2**20:.2f} MB")
+    return {"runs": rows_out}
+
+
 # =========================================================================== main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
-    ap.add_argument("--only", default="p1,p2,p3,p4", help="comma-separated subset of p1,p2,p3,p4")
+    ap.add_argument("--only", default="p1,p2,p3,p4,async", help="comma-separated subset of p1,p2,p3,p4,async")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
     ap.add_argument("--name", default=None, help="results/<name>.json (default: bench or bench_quick)")
     a = ap.parse_args(argv)
@@ -442,6 +470,8 @@ def main(argv=None):
         res["p3"] = p3(a.quick)
     if "p4" in which:
         res["p4"] = p4(a.quick)
+    if "async" in which:
+        res["async"] = async_fleet(a.quick)
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
