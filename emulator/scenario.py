@@ -480,9 +480,10 @@ def _without_plain_tags(S, loc) -> list:
         if isinstance(k, str) and k in _TAGGED:
             cur = _TAGGED[k]
             continue
-        if isinstance(k, int) or not (isinstance(cur, type) and issubclass(cur, BaseModel)) \
-                or k not in cur.model_fields:
-            cur = None if not isinstance(k, int) else cur
+        if isinstance(k, int):                   # a list item: the same model goes on
+            continue
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or k not in cur.model_fields:
+            cur = None
             continue
         f = cur.model_fields[k]
         disc = f.discriminator if isinstance(f.discriminator, str) else None
@@ -566,13 +567,7 @@ def _tags_at(S, loc, key) -> list:
     parent = _model_at(S, loc[:-1])
     f = parent.model_fields.get(loc[-1]) if parent is not None else None
     out = []
-
-    def members(ann):
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            yield ann
-        for a in typing.get_args(ann):
-            yield from members(a)
-    for m in members(f.annotation if f is not None else None):
+    for m in _members(f.annotation if f is not None else None):
         tag = m.model_fields.get(key)
         if tag is not None:
             out += [v for v in typing.get_args(tag.annotation) if isinstance(v, str)]

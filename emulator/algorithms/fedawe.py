@@ -23,14 +23,13 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import torch
 from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, Algorithm, Upload
-from .schedule import ScheduledParams, local_lr, spec_round
+from .base import Aggregation, Upload
+from .schedule import Scheduled, ScheduledParams, spec_round
 
 XL, LAST = "fedawe_x", "fedawe_last"
 
@@ -40,16 +39,13 @@ class FedAweParams(ScheduledParams):
                                                              "(the FedAWE code: 0.5); 2 vectors up")
 
 
-class FedAwe(Algorithm):
+class FedAwe(Scheduled):
     name = "fedawe"
     supports = frozenset({"rounds"})
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
         self.up_vectors = 1 if params.clip_norm is None else 2
-
-    def lr(self, t):
-        return local_lr(self.p, t)
 
     def _own(self, client):
         return self.states.row(XL, client, init=self.ctx.x0)            # x_i^0 = x^0

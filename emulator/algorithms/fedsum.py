@@ -42,8 +42,8 @@ from pydantic import Field
 from ..compute.jobs import LocalRule, LocalSpec
 from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, Algorithm, Broadcast, Upload
-from .schedule import ScheduledParams, local_lr, spec_round
+from .base import Aggregation, Broadcast, Upload
+from .schedule import Scheduled, ScheduledParams, spec_round
 
 Y, XHAT, R = "fedsum_y", "fedsum_xhat", "fedsum_r"
 
@@ -53,7 +53,7 @@ class FedSumParams(ScheduledParams):
                                                   "without uploads (false: no step, and gamma^t = 0 in FedSUM-CR's Gamma)")
 
 
-class _FedSumFamily(Algorithm):
+class _FedSumFamily(Scheduled):
     supports = frozenset({"rounds"})
     weights_total = None          # a merged client's weight is its 1/N share of y (Eq. (7)), not a mean
     up_vectors = 1                # Delta_i (fedsum.md 3.5)
@@ -65,9 +65,6 @@ class _FedSumFamily(Algorithm):
         self._eg = []                          # per spec round r: eta_g eta_l^r (0: the server did not step)
         self._Kr = []                          # per spec round r: its K (None until one is known)
         self._cum = [0.0]                      # prefix sums: Gamma(0, r) = _cum[r]
-
-    def lr(self, t):
-        return local_lr(self.p, t)
 
     # -- gamma^t and Gamma(a, b) ------------------------------------------------------------
     def gamma_sum(self, a: int, b: int) -> float:

@@ -28,8 +28,8 @@ from pydantic import Field
 from ..compute.jobs import LocalRule, LocalSpec
 from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, Algorithm, Broadcast, Upload
-from .schedule import ScheduledParams, local_lr
+from .base import Aggregation, Broadcast, Upload
+from .schedule import Scheduled, ScheduledParams
 
 C = "scaffold_c"
 
@@ -38,7 +38,7 @@ class ScaffoldParams(ScheduledParams):
     single_uplink: bool = Field(False, description="SCALLION form: upload only c_i^+ - c_i (1 vector up; same iterates)")
 
 
-class Scaffold(Algorithm):
+class Scaffold(Scheduled):
     name = "scaffold"
     supports = frozenset({"rounds"})
     down_vectors = 2              # x, c
@@ -50,9 +50,6 @@ class Scaffold(Algorithm):
         if params.single_uplink:
             self.up_vectors = 1
             self.weights_total = None            # x moves along c + mean delta, not a mean of models
-
-    def lr(self, t):
-        return local_lr(self.p, t)
 
     def broadcast(self, t):
         return Broadcast([self.x, self.c], t)

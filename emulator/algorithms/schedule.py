@@ -41,13 +41,17 @@ def local_lr(p, t: int) -> float:
     return float(p.lr / math.sqrt(spec_round(t) / 10 + 1))
 
 
-class LocalSgdDelta(Algorithm):
-    """Clients run LocalSGD(x^t): K plain SGD steps at eta_l^t from the broadcast x^t, and upload
-    Delta_i = y_K - x^t (MIFA, FedVARP, FedAU: fedsum.md section 4). The server must not move x
-    between the broadcast and the uploads (it does not under `rounds`)."""
+class Scheduled(Algorithm):
+    """An algorithm of the FedSUM comparison: its local rate is eta_l^t of `local_lr`."""
 
     def lr(self, t):
         return local_lr(self.p, t)
+
+
+class LocalSgdDelta(Scheduled):
+    """Clients run LocalSGD(x^t): K plain SGD steps at eta_l^t from the broadcast x^t, and upload
+    Delta_i = y_K - x^t (MIFA, FedVARP, FedAU: fedsum.md section 4). The server must not move x
+    between the broadcast and the uploads (it does not under `rounds`)."""
 
     def local_spec(self, client, t, received):
         return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.lr(t)))

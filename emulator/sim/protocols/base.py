@@ -205,6 +205,22 @@ class Protocol:
             yield self.env.timeout(0)
         return [(cid, up, steps) for cid, (up, steps) in gate.arrived]
 
+    def run_rounds(self, each):
+        """Generator: rounds 1, 2, ... until the run stops, waiting before each for a client to be
+        online (`ready_for`); `each(t)` is a generator running round t, returning True to end.
+        Returns None when no client will ever be online again (the run stalled), else True."""
+        t = 0
+        while not self.world.should_stop():
+            ready = yield from self.ready_for(t + 1)
+            if ready is None:
+                return None
+            if not ready:
+                continue
+            t += 1
+            if (yield from each(t)):
+                break
+        return True
+
     def ready_for(self, t: int):
         """Generator, before round t of a round-based protocol: True to run it; False when
         nobody was online and time moved to when someone comes (check again); None when nobody

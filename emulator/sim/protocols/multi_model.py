@@ -92,20 +92,11 @@ class MultiModel(Protocol):
 
     # -- the round --------------------------------------------------------------------------
     def process(self):
-        w = self.world
-        t = 0
-        while not w.should_stop():
-            ready = yield from self.ready_for(t + 1)
-            if ready is None:
-                return
-            if not ready:
-                continue
-            t += 1
+        def each(t):
             yield from self.round(t)
-            if self.p.gain.stop_at_target and self.all_hit is not None:
-                break
-            if isinstance(self.assigner, Sequential) and self.assigner.active(t + 1) >= self.M:
-                break
+            return bool((self.p.gain.stop_at_target and self.all_hit is not None)
+                        or (isinstance(self.assigner, Sequential) and self.assigner.active(t + 1) >= self.M))
+        yield from self.run_rounds(each)
 
     def round(self, t: int):
         w, env = self.world, self.env

@@ -81,23 +81,20 @@ class Rounds(Protocol):
         return {"engine": self.engine}
 
     def process(self):
-        w = self.world
-        t = 0
         empty_streak = 0
-        while not w.should_stop():
-            ready = yield from self.ready_for(t + 1)
-            if ready is None:
-                return
-            if not ready:
-                continue
-            t += 1
+
+        def each(t):
+            nonlocal empty_streak
             before = self.env.now
             yield from self.round(t)
             empty_streak = empty_streak + 1 if self.env.now == before and self.last_participants == 0 else 0
             if empty_streak >= 10_000:
-                w.stall(f"{empty_streak} rounds in a row without any participant at virtual time {self.env.now:g}")
-                break
-        yield from self.background.stop_all()
+                self.world.stall(f"{empty_streak} rounds in a row without any participant at virtual time "
+                                 f"{self.env.now:g}")
+                return True
+            return False
+        if (yield from self.run_rounds(each)) is not None:     # stalled: nothing left to stop
+            yield from self.background.stop_all()
 
     def round(self, t: int):
         w, env = self.world, self.env
