@@ -1,12 +1,14 @@
 """Batched (vmap) executor = sequential executor: same parameters to 1e-5 after 5 rounds,
 same stats, same laziness; same seed => same metrics whichever executor ran."""
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from emulator.compute.batched import AutoExecutor, AutoParams, BatchedExecutor, BatchedParams, auto_batches
-from emulator.compute.executor import SequentialExecutor, TaskData
+from emulator.compute.executor import SequentialExecutor, SequentialParams, TaskData
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob
 from emulator.compute.lazy import derived, force, resolve
@@ -189,3 +191,79 @@ def test_intervals_variable_tau_through_the_emulator(run_in):
     assert steps.nunique() >= 3
     a, b = (np.load(r.run_dir / "model.npy") for r in runs.values())
     assert np.linalg.norm(a - b) <= 1e-10 * np.linalg.norm(a)
+
+
+# --------------------------------------------------------------------------- workers (threads)
+def _seq_workers(n):
+    return SequentialParams(workers=n)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn_mnist"])
+@pytest.mark.parametrize("case", ["fedprox", "variable_steps", "correction", "lr_decay"])
+def test_workers_equal_the_loop(model, case):
+    """Clients trained on 3 threads at once (one torch thread each, a module replica each)
+    compute what the loop computes: the same parameters, gradient means, losses and counts."""
+    ws, st_s, gs, ls = fedavg_rounds(SequentialExecutor, model, case)
+    ww, st_w, gw, lw = fedavg_rounds(SequentialExecutor, model, case, params=_seq_workers(3))
+    assert rel(ww, ws) < 1e-12
+    assert st_w == st_s
+    assert len(gs) == len(gw) and all(rel(b, a) < 1e-12 for a, b in zip(gs, gw))
+    assert np.allclose(lw, ls, rtol=1e-12, equal_nan=True)
+
+
+def test_workers_really_run_jobs_on_threads_and_restore_torch_threads(monkeypatch):
+    seen = []
+    real = SequentialExecutor.train
+    monkeypatch.setattr(SequentialExecutor, "train",
+                        lambda self, job, net=None: (seen.append((threading.get_ident(), torch.get_num_threads(),
+                                                                  net and id(net.module))), real(self, job, net))[1])
+    before = torch.get_num_threads()
+    fedavg_rounds(SequentialExecutor, "cnn_mnist", "fedavg", rounds=2, params=_seq_workers(2))
+    idents = {s[0] for s in seen}
+    assert len(seen) == 8 and threading.get_ident() not in idents and len(idents) >= 2
+    assert {s[1] for s in seen} == {1}                      # one torch thread per worker
+    assert len({s[2] for s in seen}) == 2                   # a module per worker (functional_call swaps it)
+    assert torch.get_num_threads() == before                # restored for evaluation
+    seen.clear()
+    fedavg_rounds(SequentialExecutor, "cnn_mnist", "fedavg", rounds=1)
+    assert {s[0] for s in seen} == {threading.get_ident()}  # default: the loop, in the caller
+
+
+def test_workers_probe_jobs_and_errors():
+    res = {}
+    for n in (1, 2):
+        ex, net = make_executor(SequentialExecutor, "mlp", _seq_workers(n))
+        w0 = net.initial_vector()
+        futs = [ex.submit(TrainJob(0, c, 1, 4, LocalSpec(w0, LocalRule(lr=0.1), probe=True), 8)) for c in range(4)]
+        resolve([f.probe for f in futs] + futs)
+        res[n] = ([f.value().params for f in futs], [force(f.probe) for f in futs], ex.stats)
+    (p1, q1, s1), (p2, q2, s2) = res[1], res[2]
+    assert all(rel(b, a) < 1e-12 for a, b in zip(p1, p2)) and s1 == s2 and s1.probe_evals == 12
+    assert all(a["G2"] == pytest.approx(b["G2"], rel=1e-12) for a, b in zip(q1, q2))
+    ex, net = make_executor(SequentialExecutor, "mlp", _seq_workers(2))
+    bad = LocalSpec(torch.zeros(net.dim + 1, dtype=torch.float64), LocalRule(lr=0.1))   # wrong length
+    futs = [ex.submit(TrainJob(0, c, 1, 2, LocalSpec(net.initial_vector(), LocalRule(lr=0.1)) if c else bad, 8))
+            for c in range(4)]
+    with pytest.raises(RuntimeError):
+        resolve(futs)
+
+
+def test_auto_trains_on_as_many_workers_as_torch_threads():
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert make_executor(AutoExecutor, "mlp")[0].workers == 2
+        assert make_executor(SequentialExecutor, "mlp")[0].workers == 1
+        assert make_executor(BatchedExecutor, "mlp")[0].workers == 1
+        assert make_executor(AutoExecutor, "mlp", AutoParams(workers=1))[0].workers == 1
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_workers_through_the_emulator_same_metrics(run_in):
+    sc = tiny(**{"algorithm": {"name": "fedprox", "lr": 0.1, "mu": 0.1, "momentum": 0.5},
+                 "run.rounds": 3, "protocol.select.k": 4, "clients.count": 8, "workload.model": {"name": "mlp"}})
+    ref = run_in({**sc, "executor": {"name": "sequential", "dtype": "float64"}}, "seq")
+    got = run_in({**sc, "executor": {"name": "auto", "dtype": "float64", "workers": 2}}, "auto2")
+    assert got.metrics.drop(columns="wall_time").equals(ref.metrics.drop(columns="wall_time"))
+    assert np.array_equal(np.load(got.run_dir / "model.npy"), np.load(ref.run_dir / "model.npy"))

@@ -85,11 +85,14 @@ class BatchedExecutor(SequentialExecutor):
                 groups.setdefault(("seq", id(fut)), []).append(fut)
             else:
                 groups.setdefault(group_key(job), []).append(fut)
+        loop = []                           # jobs run one by one (on `workers` threads on a CPU)
         for key, futs in groups.items():
             if key[0] == "seq" or not self.use_batched(futs):
-                SequentialExecutor.run(self, futs)
+                loop += futs
             else:
                 self.run_stacked(futs)
+        if loop:
+            SequentialExecutor.run(self, loop)
 
     def use_batched(self, futs) -> bool:
         """Whether a group of stackable jobs is worth stacking (`auto` overrides this)."""
@@ -227,6 +230,11 @@ class AutoExecutor(BatchedExecutor):
         self.rule = params if isinstance(params, AutoParams) else AutoParams()
         self._macs = {}
 
+    def default_workers(self) -> int:
+        """On a CPU, the jobs `auto` does not stack run on as many threads as torch has
+        (each with one torch thread): measured in benchmarks/auto_rule.py."""
+        return torch.get_num_threads() if self.device.type == "cpu" else 1
+
     def use_batched(self, futs) -> bool:
         job = futs[0].job
         td = self.tasks[job.task]
@@ -243,4 +251,5 @@ register("executor", "batched", BatchedParams,
          "stacks jobs of one model and local rule and runs their steps together (torch.func.vmap); "
          "same results as sequential", BatchedExecutor)
 register("executor", "auto", AutoParams,
-         "per group of jobs, batched or sequential from the model size, job count and device", AutoExecutor)
+         "per group of jobs, batched or sequential from the model size, job count and device; on a CPU "
+         "the jobs it does not stack train on `workers` threads at once (default: the torch threads)", AutoExecutor)

@@ -3,10 +3,18 @@
 `submit(job)` returns a `JobFuture` at once; nothing is computed until a value that needs
 the job is read (`lazy.resolve`), then `run(futures)` computes a whole level of needed jobs
 together. `SequentialExecutor` is the reference semantics: a plain loop over jobs and steps.
+
+On a CPU it can train `workers` clients at once, each on its own Python thread with one
+torch thread (`JobThreads`): small convolutions use two intra-op threads poorly, while two
+clients on one thread each keep both cores busy (torch releases the GIL inside its kernels).
+Each job computes exactly what the loop computes (its own batches, its own vectors); each
+worker runs its own replica of the module, since `functional_call` swaps a module's
+parameters while it runs.
 """
 from __future__ import annotations
 
 import re
+import threading
 
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
@@ -154,14 +162,34 @@ class SequentialExecutor(Executor):
 
     name = "sequential"
 
+    def __init__(self, tasks, streams, device, params=None):
+        super().__init__(tasks, streams, device, params)
+        w = getattr(params, "workers", None)
+        self.workers = w if w is not None else self.default_workers()
+        self._threads = JobThreads(self.workers) if self.workers > 1 and device.type == "cpu" else None
+
+    def default_workers(self) -> int:
+        """Clients trained at once when the scenario does not say (`auto` overrides this)."""
+        return 1
+
     def run(self, futures):
-        for fut in futures:
-            fut._set(self.train(fut.job))
-            self._count(fut.job)
+        jobs = [fut.job for fut in futures]
+        if self._threads is not None and len(jobs) > 1:
+            results = self._threads.map(self.train, jobs, self.tasks)
+        else:
+            results = [self.train(job) for job in jobs]
+        for fut, job, res in zip(futures, jobs, results):
+            self.stats.grad_evals += res.steps
+            if res.probe is not None:
+                self.stats.probe_evals += 2          # g_b and g_c (tsfl.md 3.4)
+            self._count(job)
+            fut._set(res)
             fut.job = None  # free start / anchor / correction references
 
-    def train(self, job: TrainJob) -> TrainResult:
+    def train(self, job: TrainJob, net: Optional[FlatModel] = None) -> TrainResult:
+        """One job, step after step. `net`: the module replica to run (default: the task's)."""
         td = self.tasks[job.task]
+        net = net or td.net
         spec, rule = job.spec, job.spec.rule
         w = force(spec.start).detach().to(self.device).clone()
         anchor = None
@@ -183,13 +211,12 @@ class SequentialExecutor(Executor):
             else:
                 idx = rows[torch.from_numpy(b).to(rows.device)]
                 xb, yb = td.x[idx], td.y[idx]
-            loss, g = td.net.loss_and_grad(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
-            self.stats.grad_evals += 1
+            loss, g = net.loss_and_grad(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
             lsum += loss
             if gsum is not None:
                 gsum += g
             if h == 0 and spec.probe:
-                probe = self._probe(td, job, rows, w, g, xb, yb, rule.lr_at(0), spec.buffers)
+                probe = self._probe(td, net, job, rows, w, g, xb, yb, rule.lr_at(0), spec.buffers)
             w, buf = sgd_update(w, g, buf, rule, h, anchor, corr)
         n = len(plan)
         return TrainResult(params=w, steps=n,
@@ -197,24 +224,79 @@ class SequentialExecutor(Executor):
                            grad_mean=(gsum / n if (gsum is not None and n) else gsum),
                            probe=probe if (spec.probe and n) else None, buffers=bufs)
 
-    def _probe(self, td, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
+    def _probe(self, td, net, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
         """tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
         idx = rows[torch.from_numpy(self.probe_batch(job)).to(rows.device)]
-        gb = self._grad(td, w, td.x[idx], td.y[idx], buffers)
-        gc = self._grad(td, w - lr * ga, xa, ya, buffers)
-        self.stats.probe_evals += 2
+        gb = self._grad(net, w, td.x[idx], td.y[idx], buffers)
+        gc = self._grad(net, w - lr * ga, xa, ya, buffers)
         return {**probe_estimates(ga, gb, gc, lr), "batch": int(len(ya))}   # batch: for sigma2_unit
 
     @staticmethod
-    def _grad(td, w, xb, yb, buffers=None):
+    def _grad(net, w, xb, yb, buffers=None):
         """A gradient on the side (probes): BatchNorm statistics are updated on a throwaway copy."""
         bufs = None if buffers is None else force(buffers).detach().clone()
-        return td.net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
+        return net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
+
+
+class JobThreads:
+    """`map(train, jobs)` on `n` Python threads, each with one torch thread and its own
+    replica of every module it runs. Threads are started per call (tens of microseconds,
+    beside milliseconds of training), so no idle thread outlives a level; jobs are taken
+    from a shared counter (clients with more steps do not hold the others up); results come
+    back in the jobs' order and the first exception is raised in the caller."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._replicas = [dict() for _ in range(n)]    # worker -> task -> FlatModel
+
+    def _make_replicas(self, jobs, tasks, workers: int):
+        """Before the threads start (the original module must not be running while it is
+        copied): worker 0 runs the task's own module, the others a replica each."""
+        for task in {job.task for job in jobs}:
+            for k in range(workers):
+                if task not in self._replicas[k]:
+                    self._replicas[k][task] = tasks[task].net if k == 0 else tasks[task].net.replica()
+
+    def map(self, train, jobs: list, tasks) -> list:
+        results = [None] * len(jobs)
+        errors = []
+        nxt = iter(range(len(jobs)))
+        lock = threading.Lock()
+
+        def work(worker):
+            torch.set_num_threads(1)
+            while not errors:
+                with lock:
+                    i = next(nxt, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = train(jobs[i], self._replicas[worker][jobs[i].task])
+                except BaseException as e:       # re-raised in the caller
+                    errors.append(e)
+
+        workers = min(self.n, len(jobs))
+        self._make_replicas(jobs, tasks, workers)
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(workers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            torch.set_num_threads(before)
+        if errors:
+            raise errors[0]
+        return results
 
 
 class ExecutorParams(Params):
     device: str = Field("auto", description="auto | cpu | cuda[:n]")
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
+    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on one torch "
+                                   "thread (default: 1; auto: the torch threads)")
     dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
 
     @field_validator("device")

@@ -13,6 +13,7 @@ business (FedAvg-style averaging, `sim/protocols/base.py`). Integer buffers
 """
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 import torch
@@ -44,6 +45,13 @@ class FlatModel:
         self._b0 = (torch.cat([b.detach().reshape(-1) for _, b in float_buffers]).clone()
                     if float_buffers else None)
         self.loss = loss_kind(module)
+
+    def replica(self) -> "FlatModel":
+        """The same model on its own module (for a second thread: `functional_call` swaps a
+        module's parameters while it runs)."""
+        twin = copy.copy(self)
+        twin.module = copy.deepcopy(self.module)
+        return twin
 
     @property
     def has_buffers(self) -> bool:
