@@ -52,14 +52,18 @@ study: $(STAMP)
 	$(BIN)/flemu sweep scenarios/studies/availability.yaml
 	$(BIN)/flemu report runs/studies/availability
 
-# benchmarks (issue 5): P1 floor / peer, P2, P3 -> benchmarks/results/bench.json (about 15 min;
-# BENCH_FLAGS=--quick for a few). Flower goes into its own venv (never into .venv); if it
-# cannot be installed, P1 peer is recorded as skipped with the reason.
+# benchmarks (issues 5, 19): P1 floor / peers, P2, P3, P4, async -> benchmarks/results/bench.json
+# (about 25 min; BENCH_FLAGS=--quick for a few). Each peer goes into its own venv (never into
+# .venv), with the CPU build of torch: Flower 1.41 (the newest whose dependencies install
+# here; it brings its own Ray) and pfl-research 0.6. A peer that cannot be installed is
+# recorded as skipped with the reason.
 FLWR_VENV := benchmarks/results/tmp_flower_venv
+PFL_VENV  := benchmarks/results/tmp_pfl_venv
 bench: $(STAMP)
-	@test -x $(FLWR_VENV)/bin/flwr || { $(PY) -m venv $(FLWR_VENV) && \
-	  $(FLWR_VENV)/bin/python -m pip install --disable-pip-version-check -q 'flwr[simulation]' && \
-	  $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
-	    "$$($(FLWR_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_flemu_venv.pth"; } || \
-	  echo "Flower could not be installed: P1 peer will be skipped"
-	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python $(BENCH_FLAGS)
+	@test -f $(FLWR_VENV)/.flwr-1.41.0 || { $(PY) -m venv $(FLWR_VENV) && \
+	  $(FLWR_VENV)/bin/python -m pip install --disable-pip-version-check -q 'flwr[simulation]==1.41.0' torch==2.13.0 && touch $(FLWR_VENV)/.flwr-1.41.0; } || \
+	  echo "Flower could not be installed: its P1 rows will be skipped"
+	@test -f $(PFL_VENV)/.installed || { $(PY) -m venv $(PFL_VENV) && \
+	  $(PFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'pfl[pytorch]==0.6.0' torch==2.13.0 pydantic && \
+	  touch $(PFL_VENV)/.installed; } || echo "pfl-research could not be installed: its P1 row will be skipped"
+	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python $(BENCH_FLAGS)

