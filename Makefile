@@ -61,7 +61,7 @@ FLWR_VENV := benchmarks/results/tmp_flower_venv
 PFL_VENV  := benchmarks/results/tmp_pfl_venv
 bench: $(STAMP)
 	@test -f $(FLWR_VENV)/.flwr-1.41.0 || { $(PY) -m venv $(FLWR_VENV) && \
-	  $(FLWR_VENV)/bin/python -m pip install --disable-pip-version-check -q 'flwr[simulation]==1.41.0' torch==2.13.0 && touch $(FLWR_VENV)/.flwr-1.41.0; } || \
+	  $(FLWR_VENV)/bin/python -m pip install --disable-pip-version-check -q 'flwr[simulation]==1.41.0' torch==2.13.0 pydantic && touch $(FLWR_VENV)/.flwr-1.41.0; } || \
 	  echo "Flower could not be installed: its P1 rows will be skipped"
 	@test -f $(PFL_VENV)/.installed || { $(PY) -m venv $(PFL_VENV) && \
 	  $(PFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'pfl[pytorch]==0.6.0' torch==2.13.0 pydantic && \
