@@ -71,6 +71,13 @@ def run_world(world) -> float:
     return time.perf_counter() - t
 
 
+def timed_rounds(world) -> np.ndarray:
+    """Wall seconds of rounds 2..R of a finished run (metrics.csv wall_time differences of
+    model 0; round 1 carries one-time costs and is dropped)."""
+    m = world.recorder.metrics_frame()
+    return np.diff(m[m["model"] == 0].sort_values("round")["wall_time"].to_numpy(float))[1:]
+
+
 # =========================================================================== W1
 def w1_npz() -> Path:
     path = CACHE / "w1.npz"
@@ -177,12 +184,11 @@ def p1(quick: bool, peers: dict) -> dict:
         world, setup = build_world(w1_scenario(rounds + 1, name))
         w0 = world.tasks[0].algorithm.global_params().detach().clone()
         run_world(world)
-        m = world.recorder.metrics_frame()
-        steps = np.diff(m.sort_values("round")["wall_time"].to_numpy(float))[1:]
+        steps = timed_rounds(world)
         out[f"flemu_{name}"] = {"setup_s": setup, "s_per_round": float(np.median(steps)),
                                 "s_per_round_min": float(steps.min()), "s_per_round_max": float(steps.max()),
                                 "workers": world.executor.workers,
-                                "final_test_acc": float(m["test_acc"].dropna().iloc[-1])}
+                                "final_test_acc": float(world.recorder.metrics_frame()["test_acc"].dropna().iloc[-1])}
         finals[name] = world.tasks[0].algorithm.global_params().detach().clone()
         log(f"  flemu ({name}, {world.executor.workers} worker(s)): {out[f'flemu_{name}']['s_per_round']:.3f} s/round "
             f"(median of rounds 2..{rounds + 1}; {steps.min():.3f}-{steps.max():.3f}), setup {setup:.2f} s")
@@ -210,8 +216,7 @@ def p1(quick: bool, peers: dict) -> dict:
         # and give each peer's ratio against both flemu timings (before / after)
         world, _ = build_world(w1_scenario(rounds + 1, "auto"))
         run_world(world)
-        m = world.recorder.metrics_frame()
-        after = float(np.median(np.diff(m.sort_values("round")["wall_time"].to_numpy(float))[1:]))
+        after = float(np.median(timed_rounds(world)))
         out["flemu_auto_after_peers_s_per_round"] = after
         log(f"  flemu (auto) again after the peers: {after:.3f} s/round")
         for v in peer.values():
@@ -306,9 +311,7 @@ def p2(quick: bool) -> dict:
         for name in names:
             world, setup = build_world(p2_scenario(name, rounds + 1))
             run_world(world)
-            m = world.recorder.metrics_frame()
-            wall = m[m["model"] == 0].sort_values("round")["wall_time"].to_numpy(float)
-            steps = np.diff(wall)[1:]                        # rounds 2 .. R+1 (round 1 = warm-up)
+            steps = timed_rounds(world)                      # rounds 2 .. R+1 (round 1 = warm-up)
             per_round[name] += steps.tolist()
             rep_median[name].append(float(np.median(steps)))
             params[name] = world.tasks[0].algorithm.global_params().detach().clone()
