@@ -74,7 +74,6 @@ class BatchedExecutor(SequentialExecutor):
                 raise ScenarioError([("executor.name", f"the batched executor cannot stack models with BatchNorm "
                                       f"buffers (model {stateful[0]} has them); use sequential or auto")])
         self._grad_fns = {}
-        self._rows_host = {}
 
     # -- scheduling -------------------------------------------------------------------
     def run(self, futures):

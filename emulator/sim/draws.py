@@ -36,8 +36,7 @@ class RoundDraws:
             draws = first.compute.round_draws(list(st), world.streams.keyed("compute.round", int(g), t))
             if draws is not None:
                 self.compute.update(zip(ids.tolist(), draws))
-            jit = first.link.round_draws(len(ids), world.streams.keyed("network.round", int(g), t)) \
-                if hasattr(first.link, "round_draws") else None
+            jit = first.link.round_draws(len(ids), world.streams.keyed("network.round", int(g), t))
             if jit is not None:
                 self.jitter.update(zip(ids.tolist(), zip(jit[0].tolist(), jit[1].tolist())))
 
@@ -51,11 +50,12 @@ class RoundDraws:
 
 class NoDraws:
     """Work outside a round's bulk draw: every draw from the client's own stream of the job."""
-    compute: dict = {}
-    jitter: dict = {}
 
     def draw(self, client):
         return None
 
     def jitter_of(self, client, direction):
         return None
+
+
+NO_DRAWS = NoDraws()     # stateless: one for every piece of work outside a bulk draw

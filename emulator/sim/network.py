@@ -37,7 +37,7 @@ class NetworkSim:
         cap = {}
         for c in clients:
             for d in ("up", "down"):
-                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, c.own("network.client"))
+                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, self._spread_rng(c))
         shared = {"up": [], "down": []}
         lat = {}
         if settings.server_link is not None:
@@ -66,18 +66,21 @@ class NetworkSim:
             self.paths[c.id] = (pl, {"up": up, "down": down})
         self.flows = FlowNetwork(self.env, cap)
 
+    @staticmethod
+    def _spread_rng(client):
+        """The client's own stream of its bandwidth spread, only where its link has a spread
+        (created on first use: a fleet without spread makes none)."""
+        return client.own("network.client") if getattr(client.link, "spread", 0) > 0 else None
+
     def nominal_time(self, client, nbytes: int, direction: str) -> float:
         """What a client expects a transfer to take: its own link's latency and bandwidth,
         no jitter, no contention (time-driven clients plan with it)."""
-        bw = client.link.bandwidth_bps(direction, client.id,
-                                       client.own("network.client") if getattr(client.link, "spread", 0) > 0 else None)
+        bw = client.link.bandwidth_bps(direction, client.id, self._spread_rng(client))
         return client.link.latency + (0.0 if math.isinf(bw) else nbytes * 8.0 / bw)
 
     def link_time(self, client, nbytes: int, direction: str, jitter) -> float:
         """Seconds of a transfer over the client's dedicated link, with the given jitter."""
-        spread = getattr(client.link, "spread", 0) > 0
-        return client.link.transfer_time(nbytes, direction, client.id, None, jitter,
-                                         client.own("network.client") if spread else None)
+        return client.link.transfer_time(nbytes, direction, client.id, None, jitter, self._spread_rng(client))
 
     def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.

@@ -33,7 +33,7 @@ from ...compute.jobs import TrainJob
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
 from ..client import State
-from ..draws import NoDraws, RoundDraws
+from ..draws import NO_DRAWS, RoundDraws
 
 
 LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
@@ -111,7 +111,7 @@ class Work:
 
     def __init__(self, client, task, t, log, offline, draws=None):
         self.client, self.task, self.t, self.log = client, task, t, log
-        self.draws = NoDraws() if draws is None else draws   # the round's bulk draws (sim/draws.py)
+        self.draws = NO_DRAWS if draws is None else draws   # the round's bulk draws (sim/draws.py)
         self._rng = None
         self.row = log.at(client.id)
         self.phase, self.t0 = State.SELECTED, 0.0
