@@ -37,9 +37,22 @@ class Availability:
 
     def bind(self, members: Sequence[int], rngs, labels: Optional[np.ndarray] = None) -> None:
         self.members = np.asarray(members, dtype=np.int64)
-        self.pos = {int(c): i for i, c in enumerate(self.members)}
+        self._order = np.argsort(self.members, kind="stable")
+        self._sorted = self.members[self._order]
         self.rngs = rngs
         self.labels = labels
+
+    def positions(self, ids) -> np.ndarray:
+        """Where clients `ids` (members of the group) sit in `members` (NumPy, no loop)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids is self.members:
+            return np.arange(len(ids))
+        at = np.searchsorted(self._sorted, ids)
+        ok = at < len(self._sorted)
+        if not ok.all() or (self._sorted[at] != ids).any():
+            bad = ids[~ok] if not ok.all() else ids[self._sorted[at] != ids]
+            raise KeyError(f"client {int(bad[0])} is not in this group")
+        return self._order[at]
 
     def online_mask(self, ids, round_: int, now: float) -> np.ndarray:
         raise NotImplementedError
@@ -70,7 +83,7 @@ class _PerRound(Availability):
     def online_mask(self, ids, round_, now):
         if self._round != round_:
             self._mask, self._round = self.group_mask(round_), round_
-        return self._mask[[self.pos[int(c)] for c in ids]]
+        return self._mask[self.positions(ids)]
 
 
 @dataclass

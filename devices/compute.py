@@ -183,6 +183,12 @@ class ComputeModel:
               work: Optional[Work] = None, draw=None) -> StepClock:
         raise NotImplementedError
 
+    def step_times(self, draws: list) -> Optional[np.ndarray]:
+        """Where every client's clock this round is a FixedClock whose step time needs
+        nothing but the round's draw: those step times, one per working client (`draws`:
+        their shares of `round_draws`), for NumPy over a round; None: ask each clock."""
+        return None
+
     def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
         return self.clock(client, round_, rng, now, work).time(steps)
 
@@ -201,6 +207,9 @@ class ConstantCompute(ComputeModel):
     def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         return FixedClock(self.step_time)
 
+    def step_times(self, draws):
+        return np.full(len(draws), self.step_time)
+
 
 @dataclass
 class InstantCompute(ComputeModel):
@@ -210,6 +219,9 @@ class InstantCompute(ComputeModel):
 
     def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
         return FixedClock(0.0)
+
+    def step_times(self, draws):
+        return np.zeros(len(draws))
 
 
 @dataclass
@@ -244,6 +256,11 @@ class RandomStepTime(ComputeModel):
                 self._fixed[client] = float(self.draw(rng))
             return FixedClock(self._fixed[client])
         return FixedClock(float(self.draw(rng)) if draw is None else float(draw))
+
+    def step_times(self, draws):
+        if self.redraw != "round" or any(d is None for d in draws):
+            return None
+        return np.array(draws, dtype=np.float64)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
 import numpy as np
@@ -53,7 +53,8 @@ class Link:
     `jitter`: mean extra latency per message (0: none), drawn from `jitter_dist` (exponential,
     uniform on [0, 2 jitter], or lognormal with log-space spread `jitter_sigma`).
     `spread`: each client's bandwidths are scaled by a factor ~ LogNormal(-spread^2/2, spread)
-    (mean 1) drawn once per client."""
+    (mean 1) drawn once per client (`spread_factors`; the caller keeps each client's factor
+    and passes it to every transfer)."""
 
     latency: float
     up_mbps: float
@@ -62,7 +63,6 @@ class Link:
     spread: float = 0.0
     jitter_dist: str = "exponential"
     jitter_sigma: float = 1.0
-    _factor: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if not (self.latency >= 0 and math.isfinite(self.latency)):
@@ -71,16 +71,16 @@ class Link:
             if not (getattr(self, k) > 0):
                 raise ValueError(f"{k} must be > 0, got {getattr(self, k)}")
 
-    def factor(self, client: int, rng: Optional[np.random.Generator]) -> float:
+    def spread_factors(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+        """The bandwidth factors of n clients, drawn in bulk: LogNormal(-spread^2/2, spread)
+        (mean 1); all 1 without spread (then nothing is drawn)."""
         if self.spread <= 0:
-            return 1.0
-        if client not in self._factor:
-            self._factor[client] = float(rng.lognormal(-0.5 * self.spread ** 2, self.spread))
-        return self._factor[client]
+            return np.ones(n)
+        return rng.lognormal(-0.5 * self.spread ** 2, self.spread, n)
 
-    def bandwidth_bps(self, direction: str, client: int = 0, rng=None) -> float:
+    def bandwidth_bps(self, direction: str, client: int = 0, factor: float = 1.0) -> float:
         mbps = self.up_mbps if direction == "up" else self.down_mbps
-        return mbps * 1e6 * self.factor(client, rng)
+        return mbps * 1e6 * factor
 
     def round_draws(self, n: int, rng) -> Optional[np.ndarray]:
         """Jitter of n working clients' download and upload in one round, drawn in bulk from the
@@ -96,11 +96,17 @@ class Link:
         return self.latency + jitter
 
     def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None, jitter=None,
-                      factor_rng=None) -> float:
+                      factor: float = 1.0) -> float:
         """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone
-        (`rng`: jitter draws, unless `jitter` is given; `factor_rng`: the client's own stream of
-        its bandwidth spread, drawn once)."""
-        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client, factor_rng or rng)
+        (`rng`: jitter draws, unless `jitter` is given; `factor`: the client's bandwidth spread)."""
+        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client, factor)
+
+    def transfer_times(self, nbytes: int, direction: str, clients: np.ndarray, jitter: np.ndarray,
+                       factor: np.ndarray) -> np.ndarray:
+        """`transfer_time` of many clients at once, with the same float operations (so the
+        same seconds to the last bit): (latency + jitter) + nbytes * 8 / (mbps * 1e6 * factor)."""
+        mbps = self.up_mbps if direction == "up" else self.down_mbps
+        return (self.latency + jitter) + nbytes * 8.0 / (mbps * 1e6 * factor)
 
 
 @dataclass
@@ -110,7 +116,12 @@ class InstantLink:
     latency: float = 0.0
     jitter: float = 0.0
 
-    def bandwidth_bps(self, direction, client=0, rng=None):
+    spread = 0.0
+
+    def spread_factors(self, n, rng):
+        return np.ones(n)
+
+    def bandwidth_bps(self, direction, client=0, factor=1.0):
         return math.inf
 
     def round_draws(self, n, rng):
@@ -119,8 +130,11 @@ class InstantLink:
     def delay(self, rng=None, jitter=None):
         return 0.0
 
-    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor_rng=None):
+    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor=1.0):
         return 0.0
+
+    def transfer_times(self, nbytes, direction, clients, jitter, factor):
+        return np.zeros(len(clients))
 
 
 # ============================================================================ max-min fairness
@@ -299,12 +313,20 @@ class TraceLink:
             raise ValueError("empty links table")
         self._of = {int(c): self.table[ids[i % len(ids)]] for i, c in enumerate(self.members)}
 
-    def bandwidth_bps(self, direction, client=0, rng=None):
+    spread = 0.0
+    spread_factors = InstantLink.spread_factors
+
+    def bandwidth_bps(self, direction, client=0, factor=1.0):
         up, down = self._of[client]
         return (up if direction == "up" else down) * 1e6
 
     round_draws = Link.round_draws
     delay = Link.delay
 
-    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor_rng=None):
+    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor=1.0):
         return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client)
+
+    def transfer_times(self, nbytes, direction, clients, jitter, factor):
+        k = 0 if direction == "up" else 1
+        bw = np.array([self._of[int(c)][k] for c in clients], dtype=np.float64) * 1e6
+        return (self.latency + jitter) + nbytes * 8.0 / bw

@@ -207,3 +207,19 @@ def test_diurnal_follows_the_day():
     for c in range(20):
         t = m.next_online(c, 86400 * 0.75)
         assert m.online(c, 0, t) and (t == 86400 * 0.75 or not m.online(c, 0, t - 1))
+
+
+def test_online_mask_finds_each_member_in_any_order():
+    """online_mask(ids) reads each id's own entry of the group's mask (NumPy positions, any
+    order of members and of ids); an id outside the group is an error, not another's entry."""
+    members = np.array([17, 3, 42, 8, 25])
+    m = av.BernoulliAvailability(p=0.5)
+    m.bind(members, Rngs(seed=11))
+    full = m.online_mask(members, 4, 0.0)
+    assert 0 < full.sum() < len(members)
+    ask = np.array([42, 17, 8, 42, 25, 3])
+    want = [full[list(members).index(c)] for c in ask]
+    assert m.online_mask(ask, 4, 0.0).tolist() == want
+    for bad in ([4], [43], [3, 99]):
+        with pytest.raises(KeyError):
+            m.online_mask(np.array(bad), 4, 0.0)

@@ -234,18 +234,20 @@ def test_jitter_mean_transfer_time_within_four_standard_errors():
     assert plain.delay(rng) == 0.05
 
 
-def test_spread_factor_is_fixed_per_client():
+def test_spread_factors_scale_the_bandwidth_exactly():
     link = Link(latency=0.0, up_mbps=10, down_mbps=40, spread=0.5)
-    rng = np.random.default_rng(7)
-    f3 = link.factor(3, rng)
-    rng.random(100)                                   # move the stream on
-    assert link.factor(3, rng) == f3
-    assert link.factor(3, np.random.default_rng(999)) == f3
-    assert link.bandwidth_bps("up", 3, rng) == pytest.approx(10e6 * f3, rel=1e-15)
-    assert link.bandwidth_bps("down", 3, rng) == pytest.approx(40e6 * f3, rel=1e-15)
-    assert link.transfer_time(1_000_000, "up", 3, rng) == pytest.approx(8e6 / (10e6 * f3), rel=1e-15)
-    assert link.factor(4, rng) != f3                  # another client draws its own
-    assert Link(0.0, 1, 1).factor(3, rng) == 1.0      # no spread: factor 1
+    f = link.spread_factors(5, np.random.default_rng(7))
+    assert f.shape == (5,) and len(set(f.tolist())) == 5          # one draw per client
+    assert np.array_equal(f, link.spread_factors(5, np.random.default_rng(7)))
+    f3 = float(f[3])
+    assert link.bandwidth_bps("up", 3, f3) == pytest.approx(10e6 * f3, rel=1e-15)
+    assert link.bandwidth_bps("down", 3, f3) == pytest.approx(40e6 * f3, rel=1e-15)
+    assert link.transfer_time(1_000_000, "up", 3, factor=f3) == pytest.approx(8e6 / (10e6 * f3), rel=1e-15)
+    # the vector form gives the same seconds to the last bit
+    jit = np.array([0.0, 0.01, 0.2, 0.0, 0.3])
+    vec = link.transfer_times(1_000_000, "down", np.arange(5), jit, f)
+    assert vec.tolist() == [link.transfer_time(1_000_000, "down", i, None, float(jit[i]), float(f[i])) for i in range(5)]
+    assert np.array_equal(Link(0.0, 1, 1).spread_factors(4, None), np.ones(4))   # no spread: 1, nothing drawn
 
 
 def test_spread_factor_distribution_matches_documentation():
@@ -253,7 +255,7 @@ def test_spread_factor_distribution_matches_documentation():
     s, n = 0.5, 20_000
     link = Link(latency=0.0, up_mbps=1, down_mbps=1, spread=s)
     rng = np.random.default_rng(2024)
-    f = np.array([link.factor(c, rng) for c in range(n)])
+    f = link.spread_factors(n, rng)
     assert (f > 0).all()
     sd = np.sqrt(np.expm1(s ** 2))
     assert abs(f.mean() - 1.0) < 4 * sd / np.sqrt(n)

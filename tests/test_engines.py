@@ -5,6 +5,7 @@ model and link model the vector engine applies to; `auto` picks vector there and
 where something can interrupt a client mid-round."""
 import itertools
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -54,7 +55,10 @@ def run_both(sc, tmp_path, name):
         from emulator import runner
         m = w.recorder.metrics_frame()
         runner.add_delay_metrics(w, m)
-        out[engine] = (m.drop(columns=["wall_time"]), w.recorder.clients_frame())
+        c = w.recorder.clients_frame()
+        # the step-time floor behind clients.csv (invariants: steps x floor <= compute_time)
+        c["min_compute"] = np.concatenate([rl.min_compute for rl in w.recorder.rounds])
+        out[engine] = (m.drop(columns=["wall_time"]), c)
     return out
 
 

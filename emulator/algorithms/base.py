@@ -71,6 +71,21 @@ class Arrival:
 
 
 @dataclass
+class Rows:
+    """A round's arrivals as columns (the cohort path, `Algorithm.aggregate_rows`): row i is
+    client `clients[i]`, in arrival order; `params` stacks their trained parameters."""
+
+    clients: np.ndarray
+    n_samples: np.ndarray
+    steps: np.ndarray
+    params: torch.Tensor          # (n, dim)
+    train_loss: np.ndarray
+
+    def __len__(self):
+        return len(self.clients)
+
+
+@dataclass
 class Aggregation:
     """What one aggregation did: each client's weight (its share of the new model; 0 for a
     client whose upload was not used), per-client values for clients.csv
@@ -109,6 +124,19 @@ class Algorithm:
     def upload(self, client: int, t: int, result: JobFuture) -> Upload:
         raise NotImplementedError
 
+    def cohort_spec(self, t: int, received: Broadcast) -> Optional[LocalSpec]:
+        """The one LocalSpec every participant of round t trains from, where the client side
+        depends on no client (FedAvg, FedProx): the protocol then submits the round's jobs as
+        one cohort and aggregates their stacked rows with `aggregate_rows` (DESIGN.md section
+        3: no object per participant). None (default): `local_spec` / `upload` per client.
+        An algorithm that gives one promises that its upload is the trained parameters and
+        nothing else, that it keeps no per-client state, and that it reads every arrival."""
+        return None
+
+    def aggregate_rows(self, t: int, rows: Rows) -> Aggregation:
+        """`aggregate` of a cohort's arrivals given as columns (only with `cohort_spec`)."""
+        raise NotImplementedError
+
     def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
         """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
         metadata only (client, steps, n_samples, meta such as tau); the others are never
@@ -142,11 +170,16 @@ class Algorithm:
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:
     """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals."""
-    if not arrivals:
+    return size_weights(np.array([a.n_samples for a in arrivals], dtype=np.float64), weighting)
+
+
+def size_weights(n_samples: np.ndarray, weighting: str) -> np.ndarray:
+    """`sample_weights` from the arrivals' sample counts."""
+    if not len(n_samples):
         return np.zeros(0)
     if weighting == "uniform":
-        return np.full(len(arrivals), 1.0 / len(arrivals))
-    n = np.array([a.n_samples for a in arrivals], dtype=np.float64)
+        return np.full(len(n_samples), 1.0 / len(n_samples))
+    n = np.asarray(n_samples, dtype=np.float64)
     return n / n.sum()
 
 

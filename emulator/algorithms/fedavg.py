@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Aggregation, Algorithm, Upload, sample_weights, weighted_sum
+from .base import Aggregation, Algorithm, Upload, sample_weights, size_weights, weighted_sum
 
 
 class FedAvgParams(Params):
@@ -45,14 +45,35 @@ class FedAvg(Algorithm):
         # Alg. 1 ClientUpdate: "return w to server"
         return Upload([result.params], result=result)
 
+    def cohort_spec(self, t, received):
+        # Alg. 1 ClientUpdate is the same for every client: one spec for the round (where a
+        # subclass changes the client side or what it reads, it goes client by client)
+        cls = type(self)
+        if (cls.local_spec, cls.upload, cls.reads, cls.aggregate) != _CLIENT_SIDE:
+            return None
+        return self.local_spec(None, t, received)
+
     def aggregate(self, t, arrivals):
         if not arrivals:
             return Aggregation()
         p = sample_weights(arrivals, self.p.weighting)              # n_k / m_t
-        avg = weighted_sum([a.vectors[0] for a in arrivals], p)     # sum_k (n_k/m_t) w^k_{t+1}
+        return self._average([a.client for a in arrivals], [a.vectors[0] for a in arrivals], p)
+
+    def aggregate_rows(self, t, rows):
+        if not len(rows):
+            return Aggregation()
+        return self._average(rows.clients.tolist(), rows.params.unbind(0), size_weights(rows.n_samples, self.p.weighting))
+
+    def _average(self, clients, vectors, p):
+        avg = weighted_sum(vectors, p)                              # sum_k (n_k/m_t) w^k_{t+1}
         # eta_g = 1: w_{t+1} = avg exactly (x + (avg - x) would differ in the last bit)
         self.x = avg if self.p.server_lr == 1.0 else self.x + self.p.server_lr * (avg - self.x)
-        return Aggregation({a.client: float(w) for a, w in zip(arrivals, p)})
+        return Aggregation(dict(zip(clients, p.tolist())))
+
+
+#: FedAvg's own client side and aggregation, as defined here (a subclass or a patch that
+#: changes one of them goes client by client)
+_CLIENT_SIDE = (FedAvg.local_spec, FedAvg.upload, Algorithm.reads, FedAvg.aggregate)
 
 
 register("algorithm", "fedavg", FedAvgParams,

@@ -26,7 +26,8 @@ from pydantic import Field, field_validator
 from ..registry import Params, register
 from .batches import batch_plan
 from .flat import FlatModel
-from .jobs import PROBE_KEY, JobFuture, LocalRule, TrainJob, TrainResult, probe_estimates
+from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, LocalRule, TrainJob, TrainResult,
+                   probe_estimates)
 from .lazy import force
 
 
@@ -98,9 +99,40 @@ class Executor:
             job = replace(job, spec=replace(job.spec, probe=False))
         return JobFuture(job, self, probe)
 
+    def submit_cohort(self, job: CohortJob) -> CohortFuture:
+        """One future for a round's clients that share a spec (no probes, no BatchNorm
+        buffers): counted as its clients' jobs."""
+        if job.spec.probe or job.spec.buffers is not None:
+            raise ValueError("a cohort takes no probes and no BatchNorm buffers (submit per client)")
+        self.stats.jobs_submitted += len(job.clients)
+        self.stats.steps_submitted += int(job.steps.sum())
+        return CohortFuture(job, self)
+
     def run(self, futures: list) -> None:
         """Compute these jobs (every lazy input of theirs is already resolved)."""
         raise NotImplementedError
+
+    def run_all(self, futures: list) -> None:
+        """Compute a level of needed futures: cohorts are run as their clients' jobs, together
+        with the single jobs in one `run` (so a batched executor stacks them all)."""
+        cohorts = [f for f in futures if isinstance(f, CohortFuture)]
+        if not cohorts:
+            self.run(futures)
+            return
+        inner = [[JobFuture(j, self) for j in f.job.jobs()] for f in cohorts]
+        self.run([f for f in futures if not isinstance(f, CohortFuture)] + [g for fs in inner for g in fs])
+        for f, fs in zip(cohorts, inner):
+            self.finish_cohort(f, [g.value() for g in fs])
+
+    @staticmethod
+    def finish_cohort(fut: CohortFuture, results: list) -> None:
+        """Set a cohort's value from its clients' results (in its rows' order)."""
+        job = fut.job
+        dim = force(job.spec.start).numel()
+        params = torch.stack([r.params for r in results]) if results else torch.zeros(0, dim)
+        fut._set(CohortResult(params=params, steps=np.array([r.steps for r in results], dtype=np.int64),
+                              loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64)))
+        fut.job = None
 
     # helpers shared by executors -------------------------------------------------
     def job_rows(self, job: TrainJob) -> torch.Tensor:

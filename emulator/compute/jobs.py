@@ -118,3 +118,45 @@ class JobFuture(Lazy):
         does not compute the whole training (DMS's filtered clients stay uncomputed)."""
         from .lazy import derived
         return None if self.probe_job is None else derived(lambda r: r.probe, self.probe_job)
+
+
+# ---------------------------------------------------------------------------- cohorts
+@dataclass(eq=False)
+class CohortJob:
+    """The jobs of one round's clients that share one `LocalSpec` (a round job, DESIGN.md
+    section 3): client `clients[i]` trains `steps[i]` local steps from `spec`. Each row is
+    exactly the TrainJob (task, client, round, steps, spec, batch_size): the same batches from
+    the same keyed stream, the same result, whichever executor runs it."""
+
+    task: int
+    clients: np.ndarray
+    round: int
+    steps: np.ndarray
+    spec: LocalSpec
+    batch_size: Optional[int]
+
+    def jobs(self) -> list:
+        return [TrainJob(self.task, c, self.round, k, self.spec, self.batch_size)
+                for c, k in zip(self.clients.tolist(), self.steps.tolist())]
+
+
+@dataclass
+class CohortResult:
+    params: torch.Tensor        # (n, dim): row i the final parameters of clients[i]
+    steps: np.ndarray
+    loss_mean: np.ndarray       # per row (nan where 0 steps)
+
+
+class CohortFuture(Lazy):
+    """The future of a CohortJob: one lazy for the whole cohort (no object per client)."""
+
+    __slots__ = ("job", "executor")
+    is_job = True
+
+    def __init__(self, job: CohortJob, executor):
+        super().__init__()
+        self.job, self.executor = job, executor
+
+    def inputs(self):
+        s = self.job.spec
+        return tuple(v for v in (s.start, s.anchor, s.correction) if isinstance(v, Lazy))

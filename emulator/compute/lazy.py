@@ -98,7 +98,7 @@ def resolve(values: Iterable) -> list:
         for f in futs:
             by_exec.setdefault(id(f.executor), []).append(f)
         for group in by_exec.values():
-            group[0].executor.run(group)
+            group[0].executor.run_all(group)
     return [force_derived(v) for v in values]
 
 

@@ -5,9 +5,10 @@ their download and upload jitter from ("network.round", group, t). One stream pe
 round, not per client: idle clients cost nothing, and the process engine (a SimPy process per
 client) and the vector engine (NumPy over the round) read the same numbers.
 
-Draws made once per client (a bandwidth spread, a step time fixed for the run) come from the
-client's own stream (`Client.own`); work outside rounds (async jobs) draws from a stream of
-the client and its job.
+Draws made once per client come from elsewhere: a bandwidth spread from one stream per group
+("network.spread", group; sim/network.py), a step time fixed for the run from the client's
+own stream (`Client.own`); work outside rounds (async jobs) draws from a stream of the client
+and its job.
 """
 from __future__ import annotations
 
@@ -24,28 +25,40 @@ class RoundDraws:
         order = np.argsort(clients, kind="stable")
         clients = clients[order]
         steps = np.zeros(len(clients), np.int64) if steps is None else np.asarray(steps, np.int64)[order]
-        self.compute: dict = {}
-        self.jitter: dict = {}
+        self.ids = clients                        # ascending
+        self.jitter = np.zeros((2, len(clients)))  # row 0 down, row 1 up (0: the link has none)
+        self.compute: list = [None] * len(clients)  # each client's clock draw (None: none)
+        self._at: Optional[dict] = None
         if not len(clients):
             return
         groups = world.group_of[clients]
         for g in np.unique(groups):
-            sel = groups == g
-            ids, st = clients[sel], steps[sel]
-            first = world.clients[int(ids[0])]
-            draws = first.compute.round_draws(list(st), world.streams.keyed("compute.round", int(g), t))
+            sel = np.flatnonzero(groups == g)
+            first = world.clients[int(clients[sel[0]])]
+            draws = first.compute.round_draws(list(steps[sel]), world.streams.keyed("compute.round", int(g), t))
             if draws is not None:
-                self.compute.update(zip(ids.tolist(), draws))
-            jit = first.link.round_draws(len(ids), world.streams.keyed("network.round", int(g), t))
+                for i, v in zip(sel.tolist(), draws):
+                    self.compute[i] = v
+            jit = first.link.round_draws(len(sel), world.streams.keyed("network.round", int(g), t))
             if jit is not None:
-                self.jitter.update(zip(ids.tolist(), zip(jit[0].tolist(), jit[1].tolist())))
+                self.jitter[:, sel] = jit
+
+    def positions(self, clients: np.ndarray) -> np.ndarray:
+        """Where these clients (all working this round) sit in the draws."""
+        return np.searchsorted(self.ids, clients)
+
+    def _pos(self, client: int) -> Optional[int]:
+        if self._at is None:
+            self._at = {c: i for i, c in enumerate(self.ids.tolist())}
+        return self._at.get(int(client))
 
     def draw(self, client: int):
-        return self.compute.get(int(client))
+        i = self._pos(client)
+        return None if i is None else self.compute[i]
 
     def jitter_of(self, client: int, direction: str) -> Optional[float]:
-        j = self.jitter.get(int(client))
-        return None if j is None else (j[0] if direction == "down" else j[1])
+        i = self._pos(client)
+        return None if i is None else float(self.jitter[0 if direction == "down" else 1, i])
 
 
 class NoDraws:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from devices.network import FlowNetwork, build_topology, message_bytes, route
 
 
@@ -20,13 +22,24 @@ class _Timed:
 
 
 class NetworkSim:
-    def __init__(self, env, settings, clients, groups):
+    def __init__(self, env, settings, clients, groups, streams):
         self.env = env
         self.bytes_per_param = settings.bytes_per_param
         self.overhead = settings.overhead_bytes
         self.compression = {"up": settings.compression.up, "down": settings.compression.down}
         self.flows = None
         self.paths = {}
+        self.group_of = np.fromiter((c.group_index for c in clients), np.int64, len(clients))
+        self.links = {}                  # group index -> its link model (shared by the group)
+        for c in clients:
+            self.links.setdefault(c.group_index, c.link)
+        # each client's bandwidth factor (its spread), drawn once per group in bulk from the
+        # group's stream ("network.spread", group): one NumPy draw, however large the fleet
+        self.factor = np.ones(len(clients))
+        for gi, link in self.links.items():
+            if getattr(link, "spread", 0) > 0:
+                members = np.flatnonzero(self.group_of == gi)
+                self.factor[members] = link.spread_factors(len(members), streams.keyed("network.spread", gi))
         if settings.server_link is not None or settings.topology is not None:
             self._build_flows(settings, clients, groups)
 
@@ -37,7 +50,7 @@ class NetworkSim:
         cap = {}
         for c in clients:
             for d in ("up", "down"):
-                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, self._spread_rng(c))
+                cap[("client", c.id, d)] = c.link.bandwidth_bps(d, c.id, float(self.factor[c.id]))
         shared = {"up": [], "down": []}
         lat = {}
         if settings.server_link is not None:
@@ -66,21 +79,26 @@ class NetworkSim:
             self.paths[c.id] = (pl, {"up": up, "down": down})
         self.flows = FlowNetwork(self.env, cap)
 
-    @staticmethod
-    def _spread_rng(client):
-        """The client's own stream of its bandwidth spread, only where its link has a spread
-        (created on first use: a fleet without spread makes none)."""
-        return client.own("network.client") if getattr(client.link, "spread", 0) > 0 else None
-
     def nominal_time(self, client, nbytes: int, direction: str) -> float:
         """What a client expects a transfer to take: its own link's latency and bandwidth,
         no jitter, no contention (time-driven clients plan with it)."""
-        bw = client.link.bandwidth_bps(direction, client.id, self._spread_rng(client))
+        bw = client.link.bandwidth_bps(direction, client.id, float(self.factor[client.id]))
         return client.link.latency + (0.0 if math.isinf(bw) else nbytes * 8.0 / bw)
 
     def link_time(self, client, nbytes: int, direction: str, jitter) -> float:
         """Seconds of a transfer over the client's dedicated link, with the given jitter."""
-        return client.link.transfer_time(nbytes, direction, client.id, None, jitter, self._spread_rng(client))
+        return client.link.transfer_time(nbytes, direction, client.id, None, jitter, float(self.factor[client.id]))
+
+    def link_times(self, ids: np.ndarray, nbytes: int, direction: str, jitter: np.ndarray) -> np.ndarray:
+        """`link_time` of many clients (ids, with their jitter), per group in NumPy: the same
+        seconds, bit for bit."""
+        out = np.empty(len(ids))
+        groups = self.group_of[ids]
+        for gi in np.unique(groups):
+            sel = groups == gi
+            sub = ids[sel]
+            out[sel] = self.links[int(gi)].transfer_times(nbytes, direction, sub, jitter[sel], self.factor[sub])
+        return out
 
     def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.

@@ -36,7 +36,10 @@ class RoundLog:
         self.num_clients = num_clients
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
         self.n = num_clients if ids is None else len(self.ids)
-        self._pos = None if ids is None else {int(c): i for i, c in enumerate(self.ids)}
+        self._pos = None                       # client -> row, made on first `at` of a sparse log
+        if ids is not None:
+            self._order = np.argsort(self.ids, kind="stable")
+            self._sorted = self.ids[self._order]
         self.cols = {k: np.full(self.n, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
         # lower bound on each row's compute time from the realised step clock (invariants.py)
         self.min_compute = np.zeros(self.n)
@@ -53,16 +56,25 @@ class RoundLog:
 
     def at(self, client: int) -> int:
         """Row of `client` in this log's columns."""
-        return client if self._pos is None else self._pos[int(client)]
+        if self.ids is None:
+            return client
+        if self._pos is None:
+            self._pos = {c: i for i, c in enumerate(self.ids.tolist())}
+        return self._pos[int(client)]
 
     def positions(self, clients) -> np.ndarray:
-        """Rows of these clients (vectorised `at`)."""
+        """Rows of these clients (vectorised `at`; a client without a row is a KeyError)."""
         clients = np.asarray(clients, dtype=np.int64)
-        if self._pos is None:
+        if self.ids is None:
             return clients
         if len(clients) == len(self.ids) and np.array_equal(clients, self.ids):
             return np.arange(len(clients))
-        return np.array([self._pos[int(c)] for c in clients], dtype=np.int64)
+        at = np.searchsorted(self._sorted, clients)
+        bad = at >= len(self._sorted)
+        bad[~bad] = self._sorted[at[~bad]] != clients[~bad]
+        if bad.any():
+            raise KeyError(int(clients[bad][0]))
+        return self._order[at]
 
     def clients(self) -> np.ndarray:
         """Client id of each row."""

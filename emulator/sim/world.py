@@ -134,15 +134,12 @@ class World:
                       for i, wl in enumerate(wls)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()
-        self.network = NetworkSim(self.env, sc.network, self.clients, self.groups)
+        self.network = NetworkSim(self.env, sc.network, self.clients, self.groups, self.streams)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
                                  events=sc.output.events, multi_model=multi)
-        self.group_of = np.array([c.group_index for c in self.clients], dtype=np.int64)
-        self.group_members = []
-        for gi in range(len(self.groups)):
-            members = np.array([c.id for c in self.clients if c.group_index == gi], dtype=np.int64)
-            if len(members):         # a group whose fraction rounds to no client has no one to be online
-                self.group_members.append((members, self.clients[members[0]].availability))
+        self.group_of = self.network.group_of          # each client's device group (ids are contiguous per group)
+        # a group whose fraction rounds to no client has no one to be online
+        self.group_members = [(m.members, m) for m in self.availabilities if len(m.members)]
         self.time_availability = any(m.kind == "time" for _, m in self.group_members)
         self._check_flops()
         proto = registry.get("protocol", sc.protocol.name)
@@ -166,7 +163,7 @@ class World:
 
         sc = self.sc
         base = None
-        clients, self.groups = [], []
+        clients, self.groups, self.availabilities = [], [], []
         sizes = group_sizes(sc.clients)
         labels = self.tasks[0].data.label_histograms() if self.tasks[0].data.task == "classification" else None
         macs = [forward_macs(t.net.module, t.data.input_shape) if t.data.task == "classification" else 0
@@ -184,6 +181,7 @@ class World:
             except ValueError as e:
                 raise ScenarioError([(f"clients.groups[{gi}]", str(e))])
             self.groups.append(g)
+            self.availabilities.append(avail)
             works: dict = {}           # one Work per (model, batch): shared by the clients it fits
             batches = [np.minimum(t.batch_size or 10**12, t.client_sizes[members]) for t in self.tasks]
             for j, cid in enumerate(members.tolist()):

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 from ... import registry
 from ...registry import Params
 
-from ...algorithms.base import Arrival
+from ...algorithms.base import Arrival, Rows
 from ...compute.jobs import TrainJob
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
@@ -175,6 +175,12 @@ class Protocol:
         from ...compute.batches import steps_per_epoch
         spe = steps_per_epoch(int(task.client_sizes[client_id]), task.batch_size)
         return max(1, int(math.ceil(p.local_epochs * spe - 1e-9)))
+
+    def steps_of(self, clients, task) -> np.ndarray:
+        """`local_steps` of many clients (one array; fixed local_steps costs no loop)."""
+        if getattr(self.p, "local_steps", None) is not None:
+            return np.full(len(clients), int(self.p.local_steps), dtype=np.int64)
+        return np.array([self.local_steps(int(c), task) for c in clients], dtype=np.int64)
 
     def wait_for_someone(self):
         """Nobody is online for the next round: advance to the earliest time a client whose
@@ -395,6 +401,8 @@ class Protocol:
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
         (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
         algo = task.algorithm
+        if hasattr(items, "future"):            # a cohort (protocols/vector.py)
+            return self.aggregate_cohort(task, t, items, log)
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
                             train_loss=float("nan"), meta=u.meta) for cid, u, steps in items]
@@ -415,18 +423,43 @@ class Protocol:
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
         agg = algo.aggregate(t, arrivals)
+        self.record_aggregation(log, agg)
+        if task.buffers is not None:
+            self.average_buffers(task, agg, read)
+        return arrivals, agg
+
+    def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
+        """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its stacked
+        results go to the algorithm as columns (`Rows`), with no object per client."""
+        algo = task.algorithm
+        dim = algo.message_numel("up")
+        if cohort.future is None:
+            res_params, loss = torch.zeros(0, dim, dtype=task.net.dtype), np.zeros(0)
+        else:
+            res = force(cohort.future)
+            res_params, loss = res.params, res.loss_mean
+            if res_params.shape[1] != dim:
+                raise InvariantError(f"{algo.name}: clients uploaded {res_params.shape[1]} parameters but the "
+                                     f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
+        rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
+                    steps=cohort.steps, params=res_params, train_loss=loss)
+        agg = algo.aggregate_rows(t, rows)
+        self.record_aggregation(log, agg)
+        return rows, agg
+
+    @staticmethod
+    def record_aggregation(log, agg) -> None:
+        """clients.csv: each client's weight and the algorithm's per-client columns."""
         log.aggregation = True
-        for cid, wgt in agg.weights.items():
-            log.weight[log.at(cid)] = wgt
+        if agg.weights:
+            log.weight[log.positions(np.fromiter(agg.weights, np.int64, len(agg.weights)))] = \
+                np.fromiter(agg.weights.values(), np.float64, len(agg.weights))
         for col, vals in agg.client_cols.items():
             for cid, v in vals.items():
                 if isinstance(v, str):
                     log.set_extra(col, cid, v, dtype=object, default="")
                 else:
                     log.set_extra(col, cid, v)
-        if task.buffers is not None:
-            self.average_buffers(task, agg, read)
-        return arrivals, agg
 
     @staticmethod
     def average_buffers(task, agg, read) -> None:
@@ -449,9 +482,13 @@ class Protocol:
         w = self.world
         w.rounds_done = max(w.rounds_done, t)
         run = w.sc.run
-        losses = [a.train_loss for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)]
-        nw = np.array([a.n_samples for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)], float)
-        train_loss = float(np.dot(nw, losses) / nw.sum()) if losses else float("nan")
+        if isinstance(arrivals, Rows):
+            ok = (arrivals.steps > 0) & ~np.isnan(arrivals.train_loss)
+            losses, nw = arrivals.train_loss[ok], arrivals.n_samples[ok].astype(float)
+        else:
+            losses = [a.train_loss for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)]
+            nw = np.array([a.n_samples for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)], float)
+        train_loss = float(np.dot(nw, losses) / nw.sum()) if len(losses) else float("nan")
         row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": w.wall(),
                "participants": len(arrivals), "selected": int(log.selected.sum()),
                "dropped": int(log.dropped.sum()),
@@ -461,7 +498,7 @@ class Protocol:
             row.update(extra)
         diverged = None
         try:
-            w.check_finite(task, t, train_loss if losses else None)
+            w.check_finite(task, t, train_loss if len(losses) else None)
         except DivergedError as e:
             diverged = e
         last = run.rounds is not None and t >= run.rounds

@@ -120,20 +120,21 @@ class Rounds(Protocol):
         picked = set(int(c) for c in chosen)
         unselected = [int(c) for c in avail if int(c) not in picked] if background else []
         workers = [int(c) for c in chosen] + unselected
-        draws = self.round_draws(t, workers, [self.local_steps(c, task) for c in workers])
+        steps = self.steps_of(workers, task)
+        draws = self.round_draws(t, workers, steps)
         if self.engine == "vector":
-            items = yield from vector_round(self, task, t, chosen, log, bc, draws)
+            items = yield from vector_round(self, task, t, chosen, steps[:len(chosen)], log, bc, draws)
             self.last_participants = len(items)
             arrivals, agg = self.aggregate(task, t, items, log)
             self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
             return
         procs = {}
-        for cid in chosen:
+        for cid, k in zip(chosen, steps.tolist()):
             c = w.clients[cid]
             self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
             procs[cid] = env.process(self.participate(
-                c, task, t, bc, self.local_steps(cid, task), log,
+                c, task, t, bc, k, log,
                 lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first,
                 draws=draws))
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)

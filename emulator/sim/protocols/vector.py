@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ...compute.jobs import TrainJob
+from ...compute.jobs import CohortJob, TrainJob
 
 
 def at_time(env, when: float):
@@ -32,32 +32,56 @@ def at_time(env, when: float):
     return env.timeout(max(delay, 0.0))
 
 
-def vector_round(proto, task, t: int, chosen, log, bc, draws):
-    """Generator: round t of `proto` (a Rounds) for `chosen`, as one timeout. Returns the
-    arrived items [(client, upload, steps)] in SimPy's arrival order."""
+def compute_times(w, task, t: int, ids: np.ndarray, steps: np.ndarray, a1: np.ndarray, draws) -> tuple:
+    """Each participant's compute time for `steps` local steps starting at a1, and the floor
+    of one step's time (clients.csv min_compute = steps x floor): in NumPy per device group
+    where the group's clock is one step time per client (`ComputeModel.step_times`), else
+    through each client's clock. The same seconds, bit for bit."""
+    n = len(ids)
+    dur, floor = np.empty(n), np.empty(n)
+    pos = draws.positions(ids)
+    groups = w.group_of[ids]
+    for gi in np.unique(groups):
+        sel = np.flatnonzero(groups == gi)
+        model = w.clients[int(ids[sel[0]])].compute
+        st = model.step_times([draws.compute[p] for p in pos[sel].tolist()])
+        k = steps[sel]
+        if st is not None:                         # FixedClock: time(k) = k x step (0 if k = 0)
+            with np.errstate(invalid="ignore"):    # 0 x inf where k = 0: masked out
+                dur[sel] = np.where(k > 0, k * st, 0.0)
+            floor[sel] = np.where(k > 0, st, 0.0)
+            continue
+        for i in sel.tolist():
+            clk = w.clients[int(ids[i])].clock(t, float(a1[i]), task.index, draws.compute[pos[i]])
+            dur[i] = clk.time(int(steps[i]))
+            floor[i] = clk.min_step(int(steps[i])) if steps[i] > 0 else 0.0
+    return dur, floor
+
+
+def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
+    """Generator: round t of `proto` (a Rounds) for `chosen` (with their planned `steps`), as
+    one timeout. Returns the arrived items [(client, upload, steps)] in SimPy's arrival order."""
     w, env = proto.world, proto.env
     algo = task.algorithm
     t0 = env.now
     ids = np.asarray(chosen, dtype=np.int64)
     n = len(ids)
-    clients = [w.clients[int(c)] for c in ids]
     nd, nu = proto.message_numel(task, "down"), proto.message_numel(task, "up")
     bd, bu = w.network.message_bytes(nd, "down"), w.network.message_bytes(nu, "up")
-    steps = np.array([proto.local_steps(int(c), task) for c in ids], dtype=np.int64)
-    d = np.array([w.network.link_time(c, bd, "down", draws.jitter_of(c.id, "down") or 0.0) for c in clients])
+    steps = np.asarray(steps, dtype=np.int64)
+    jit = draws.jitter[:, draws.positions(ids)]
+    d = w.network.link_times(ids, bd, "down", jit[0])
     a1 = t0 + d
-    clocks = [c.clock(t, float(a1[i]), task.index, draws.draw(c.id)) for i, c in enumerate(clients)]
-    dur = np.array([clk.time(int(s)) for clk, s in zip(clocks, steps)])
-    floor = np.array([clk.min_step(int(s)) if s > 0 else 0.0 for clk, s in zip(clocks, steps)])
+    dur, floor = compute_times(w, task, t, ids, steps, a1, draws)
     a2 = np.where(dur > 0, a1 + dur, a1)
-    u = np.array([w.network.link_time(c, bu, "up", draws.jitter_of(c.id, "up") or 0.0) for c in clients])
+    u = w.network.link_times(ids, bu, "up", jit[1])
     a3 = a2 + u
     wait = proto.p.wait
     if n and not np.isfinite(a3).all():
         # a step that never ends (0 iterations per period): the process engine's client stays
         # busy for good; where the round waits for it, nothing is left to happen
         if wait.mode == "all" or (wait.mode == "first_k" and np.isfinite(a3).sum() < min(wait.k, n)):
-            items = yield from _never_closes(proto, task, t, ids, clients, steps, log, bc, d, a1, a2, a3, dur, floor,
+            items = yield from _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor,
                                              bd, bu, nd, nu)
             return items
     if n == 0:
@@ -68,23 +92,37 @@ def vector_round(proto, task, t: int, chosen, log, bc, draws):
         T = min(t0 + wait.seconds, float(a3.max()))
     else:
         T = float(np.sort(a3)[min(wait.k, n) - 1])
-    # jobs and uploads, in selection order (the process engine submits a job when its client
-    # starts computing and asks the algorithm for the upload when it finishes)
-    futs, ups = {}, {}
-    for i, c in enumerate(clients):
-        if a1[i] <= T:
-            spec = algo.local_spec(c.id, t, bc)
-            if task.net.has_buffers and spec.buffers is None:
-                spec.buffers = task.buffers
-            futs[i] = w.executor.submit(TrainJob(task.index, c.id, t, int(steps[i]), spec, task.batch_size))
-    for i, c in enumerate(clients):
-        if i in futs and a2[i] <= T:
-            ups[i] = algo.upload(c.id, t, futs[i])
+    arrived = a3 <= T
+    order = np.lexsort((np.arange(n), a1, a2, a3))       # SimPy's order: by a3, a2, a1, selection
+    order = order[arrived[order]]
+    shared = None if task.net.has_buffers else algo.cohort_spec(t, bc)
+    if shared is not None:
+        # one job for the round's arrivals (in arrival order), one for the clients that
+        # started computing but did not arrive (never read: never computed)
+        late = (a1 <= T) & ~arrived
+        if late.any():
+            w.executor.submit_cohort(CohortJob(task.index, ids[late], t, steps[late], shared, task.batch_size))
+        cohort = Cohort(ids[order], steps[order], None)
+        if len(order):
+            cohort.future = w.executor.submit_cohort(
+                CohortJob(task.index, cohort.clients, t, cohort.steps, shared, task.batch_size))
+    else:
+        # jobs and uploads, in selection order (the process engine submits a job when its client
+        # starts computing and asks the algorithm for the upload when it finishes)
+        futs, ups = {}, {}
+        for i, c in enumerate(w.clients[int(k)] for k in ids):
+            if a1[i] <= T:
+                spec = algo.local_spec(c.id, t, bc)
+                if task.net.has_buffers and spec.buffers is None:
+                    spec.buffers = task.buffers
+                futs[i] = w.executor.submit(TrainJob(task.index, c.id, t, int(steps[i]), spec, task.batch_size))
+        for i in range(n):
+            if i in futs and a2[i] <= T:
+                ups[i] = algo.upload(int(ids[i]), t, futs[i])
     if T > t0:
         yield at_time(env, T)
     # the log, as the pieces and `guard` write it (inf - inf of a never-ending step: masked out)
     old = np.seterr(invalid="ignore")
-    arrived = a3 <= T
     down_done, up_started = a1 <= T, a2 <= T
     computing = down_done & ~up_started
     comm = np.where(down_done, a1 - t0, T - t0)
@@ -109,18 +147,32 @@ def vector_round(proto, task, t: int, chosen, log, bc, draws):
     np.seterr(**old)
     for i in np.flatnonzero(~arrived):
         log.drop(int(ids[i]), "late")
-    order = sorted(np.flatnonzero(arrived), key=lambda i: (a3[i], a2[i], a1[i], i))
-    return [(int(ids[i]), ups[i], int(steps[i])) for i in order]
+    if shared is not None:
+        return cohort
+    return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
 
 
-def _never_closes(proto, task, t, ids, clients, steps, log, bc, d, a1, a2, a3, dur, floor, bd, bu, nd, nu):
+class Cohort:
+    """A round's arrivals as one cohort job (`Algorithm.cohort_spec`): clients and planned
+    steps in arrival order, and the future of their stacked results (None: nobody arrived)."""
+
+    __slots__ = ("clients", "steps", "future")
+
+    def __init__(self, clients, steps, future):
+        self.clients, self.steps, self.future = clients, steps, future
+
+    def __len__(self):
+        return len(self.clients)
+
+
+def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor, bd, bu, nd, nu):
     """A round that waits for a client whose computation never ends: everyone else's work is
     recorded as it happens, then the round waits on an event that never fires (the run stalls,
     as under the process engine)."""
     w, env, algo = proto.world, proto.env, task.algorithm
     t0 = env.now
     fin = np.isfinite(a3)
-    for i, c in enumerate(clients):          # every download ends; finite computations and uploads too
+    for i, c in enumerate(w.clients[int(k)] for k in ids):   # every download ends; finite computations and uploads too
         spec = algo.local_spec(c.id, t, bc)
         fut = w.executor.submit(TrainJob(task.index, c.id, t, int(steps[i]), spec, task.batch_size))
         if fin[i]:

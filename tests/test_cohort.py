@@ -1,0 +1,146 @@
+"""The cohort path of the vector engine (DESIGN.md section 3): where an algorithm's client side
+depends on no client (`Algorithm.cohort_spec`: FedAvg, FedProx), a round's arrivals go to the
+executor as one CohortJob and to the algorithm as stacked rows (`aggregate_rows`), with no
+object per participant. It must give exactly what the client-by-client path gives: the same
+records, the same model, the same jobs counted and computed (late clients never computed)."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from emulator import scenario
+from emulator.algorithms.fedavg import FedAvg
+from emulator.compute.jobs import CohortJob, LocalRule, LocalSpec, TrainJob
+from emulator.compute.lazy import resolve
+from emulator.sim.recorder import RoundLog
+from emulator.sim.world import World
+
+from conftest import tiny
+
+
+def deadline_scenario(algo="fedavg", executor="sequential", **algo_kw):
+    """Two device groups, a deadline that the slow group's clients often miss (late drops)."""
+    sc = tiny(**{"run.rounds": 4, "clients.count": 10, "protocol.select": {"model": "uniform", "k": 7},
+                 "protocol.wait": {"mode": "deadline", "seconds": 0.9}, "protocol.engine": "vector",
+                 "algorithm": {"name": algo, "lr": 0.1, **algo_kw}, "executor": {"name": executor}})
+    sc["workload"]["partition"] = {"name": "dirichlet", "alpha": 0.5}      # unequal weights
+    g = sc["clients"]["groups"][0]
+    g.pop("fraction")
+    sc["clients"]["groups"] = [
+        dict(g, name="fast", count=5, compute={"model": "lognormal", "mean_step_time": 0.1, "sigma": 0.5},
+             network={"latency": 0.01, "up_mbps": 2, "down_mbps": 5, "jitter": 0.05, "spread": 0.5}),
+        dict(g, name="slow", count=5, compute={"model": "lognormal", "mean_step_time": 0.2, "sigma": 0.5},
+             network={"latency": 0.03, "up_mbps": 1, "down_mbps": 3})]
+    return sc
+
+
+def run(sc, cohort: bool, monkeypatch):
+    """A finished world, with the cohort path on or off (off: FedAvg asks client by client)."""
+    import emulator.algorithms.fedavg as fedavg_module
+    calls = {"local_spec": 0}
+
+    def counting(*a, **kw):            # every LocalSpec FedAvg (and its subclasses) make
+        calls["local_spec"] += 1
+        return LocalSpec(*a, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(fedavg_module, "LocalSpec", counting)
+        if not cohort:
+            m.setattr(FedAvg, "cohort_spec", lambda self, t, received: None)
+        w = World(scenario.load(sc))
+        w.run()
+    assert w.status == "complete" and w.protocol.engine == "vector"
+    return w, calls["local_spec"]
+
+
+@pytest.mark.parametrize("algo, kw, executor", [("fedavg", {}, "sequential"), ("fedprox", {"mu": 0.1}, "sequential"),
+                                                 ("fedavg", {"server_lr": 0.5, "weighting": "uniform"}, "batched")])
+def test_cohort_path_gives_exactly_the_client_by_client_results(algo, kw, executor, monkeypatch):
+    sc = deadline_scenario(algo, executor, **kw)
+    wc, spec_calls = run(sc, True, monkeypatch)
+    wp, per_client_calls = run(sc, False, monkeypatch)
+    assert spec_calls == 4                        # one spec a round ...
+    assert per_client_calls > 4 * 4               # ... against one per participant that started computing
+    mc, mp = wc.recorder.metrics_frame(), wp.recorder.metrics_frame()
+    pd.testing.assert_frame_equal(mc.drop(columns=["wall_time"]), mp.drop(columns=["wall_time"]), check_exact=True)
+    pd.testing.assert_frame_equal(wc.recorder.clients_frame(), wp.recorder.clients_frame(), check_exact=True)
+    assert torch.equal(wc.tasks[0].algorithm.x, wp.tasks[0].algorithm.x)
+    c = wc.recorder.clients_frame()
+    late = c[c["dropped"]]
+    assert len(late) > 0 and (late["steps"] > 0).any()     # late clients that had started computing
+    # the same jobs counted (late ones included) and computed (late ones never)
+    assert wc.executor.stats == wp.executor.stats
+    arrived = c[c["selected"] & ~c["dropped"]]
+    assert wc.executor.stats.steps_computed == int(arrived["steps"].sum())
+    assert wc.executor.stats.steps_submitted > wc.executor.stats.steps_computed
+
+
+def test_cohort_engine_agrees_with_the_process_engine(tmp_path):
+    sc = deadline_scenario()
+    out = {}
+    for engine in ("process", "vector"):
+        w = World(scenario.load(dict(sc, protocol=dict(sc["protocol"], engine=engine))))
+        w.run()
+        out[engine] = (w.recorder.metrics_frame().drop(columns=["wall_time"]), w.recorder.clients_frame(),
+                       w.tasks[0].algorithm.x, w.executor.stats)
+    (mp, cp, xp, sp), (mv, cv, xv, sv) = out["process"], out["vector"]
+    pd.testing.assert_frame_equal(mp, mv, check_exact=True)
+    pd.testing.assert_frame_equal(cp, cv, check_exact=True)
+    assert torch.equal(xp, xv) and sp == sv
+
+
+def test_only_algorithms_whose_client_side_is_fedavgs_form_cohorts():
+    def algo(name, **kw):
+        sc = tiny(**{"algorithm": {"name": name, "lr": 0.1, **kw}})
+        return World(scenario.load(sc)).tasks[0].algorithm
+    for name, kw in (("fedavg", {}), ("fedprox", {"mu": 0.1}), ("fedavg_active", {})):
+        a = algo(name, **kw)
+        assert a.cohort_spec(1, a.broadcast(1)) is not None, name
+    for name in ("scaffold", "fedumf", "mifa"):
+        a = algo(name)
+        assert a.cohort_spec(1, a.broadcast(1)) is None, name
+
+    class Personal(FedAvg):            # a client-dependent start: must go client by client
+        def local_spec(self, client, t, received):
+            return LocalSpec(start=received.vectors[0] + client, rule=self.local_rule(t))
+    p = algo("fedavg")
+    p.__class__ = Personal
+    assert p.cohort_spec(1, p.broadcast(1)) is None
+    a = algo("fedavg")                 # a patched aggregation is honoured too
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(FedAvg, "aggregate", lambda self, t, arrivals: None)
+        assert a.cohort_spec(1, a.broadcast(1)) is None
+
+
+@pytest.mark.parametrize("executor", ["sequential", "batched", "auto"])
+def test_a_cohort_job_is_its_clients_jobs(executor):
+    """Row i of a cohort's result is what the TrainJob of its client gives, on each executor."""
+    sc = tiny(**{"executor": {"name": executor}})
+    w = World(scenario.load(sc))
+    ex, x = w.executor, w.tasks[0].algorithm.x
+    spec = LocalSpec(start=x, rule=LocalRule(lr=0.1, momentum=0.5))
+    clients, steps = np.array([4, 0, 2]), np.array([3, 5, 0])
+    fut = ex.submit_cohort(CohortJob(0, clients, 2, steps, spec, 16))
+    singles = [ex.submit(TrainJob(0, int(c), 2, int(k), spec, 16)) for c, k in zip(clients, steps)]
+    resolve([fut] + singles)          # one level: a batched executor stacks all six jobs
+    res = fut.value()
+    assert res.params.shape == (3, x.numel())
+    for i, s in enumerate(singles):
+        r = s.value()
+        if executor == "batched":     # stacked rows: float noise of vmap against a lone job
+            torch.testing.assert_close(res.params[i], r.params, rtol=1e-5, atol=1e-7)
+        else:
+            assert torch.equal(res.params[i], r.params)
+        assert res.steps[i] == r.steps and (res.loss_mean[i] == r.loss_mean or np.isnan(r.loss_mean))
+    assert not torch.equal(res.params[0], res.params[1])   # clients train on their own data
+    assert torch.equal(res.params[2], x)                      # 0 steps: the start
+    assert ex.stats.jobs_submitted == 6 and ex.stats.steps_submitted == 16
+
+
+def test_round_log_positions_in_any_order():
+    log = RoundLog(1, 100, ids=[40, 7, 93, 12])
+    assert log.positions([93, 7, 12, 40, 7]).tolist() == [2, 1, 3, 0, 1]
+    assert [log.at(c) for c in (40, 7, 93, 12)] == [0, 1, 2, 3]
+    for missing in ([8], [94], [7, 41]):
+        with pytest.raises(KeyError):
+            log.positions(missing)
+    assert RoundLog(1, 5).positions([3, 1]).tolist() == [3, 1]     # dense: the id itself
