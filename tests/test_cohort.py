@@ -34,7 +34,7 @@ def deadline_scenario(algo="fedavg", executor="sequential", **algo_kw):
     return sc
 
 
-def run(sc, cohort: bool, monkeypatch):
+def run(sc, cohort: bool, monkeypatch, engine="vector"):
     """A finished world, with the cohort path on or off (off: FedAvg asks client by client)."""
     import emulator.algorithms.fedavg as fedavg_module
     calls = {"local_spec": 0}
@@ -46,18 +46,20 @@ def run(sc, cohort: bool, monkeypatch):
         m.setattr(fedavg_module, "LocalSpec", counting)
         if not cohort:
             m.setattr(FedAvg, "cohort_spec", lambda self, t, received: None)
-        w = World(scenario.load(sc))
+        w = World(scenario.load(dict(sc, protocol=dict(sc["protocol"], engine=engine))))
         w.run()
-    assert w.status == "complete" and w.protocol.engine == "vector"
+    assert w.status == "complete" and w.protocol.engine == engine
     return w, calls["local_spec"]
 
 
-@pytest.mark.parametrize("algo, kw, executor", [("fedavg", {}, "sequential"), ("fedprox", {"mu": 0.1}, "sequential"),
-                                                 ("fedavg", {"server_lr": 0.5, "weighting": "uniform"}, "batched")])
-def test_cohort_path_gives_exactly_the_client_by_client_results(algo, kw, executor, monkeypatch):
+@pytest.mark.parametrize("algo, kw, executor, engine", [
+    ("fedavg", {}, "sequential", "vector"), ("fedprox", {"mu": 0.1}, "sequential", "vector"),
+    ("fedavg", {"server_lr": 0.5, "weighting": "uniform"}, "batched", "vector"),
+    ("fedavg", {}, "sequential", "process"), ("fedprox", {"mu": 0.1}, "batched", "process")])
+def test_cohort_path_gives_exactly_the_client_by_client_results(algo, kw, executor, engine, monkeypatch):
     sc = deadline_scenario(algo, executor, **kw)
-    wc, spec_calls = run(sc, True, monkeypatch)
-    wp, per_client_calls = run(sc, False, monkeypatch)
+    wc, spec_calls = run(sc, True, monkeypatch, engine)
+    wp, per_client_calls = run(sc, False, monkeypatch, engine)
     assert spec_calls == 4                        # one spec a round ...
     assert per_client_calls > 4 * 4               # ... against one per participant that started computing
     mc, mp = wc.recorder.metrics_frame(), wp.recorder.metrics_frame()

@@ -316,9 +316,13 @@ class Protocol:
             clock = c.clock(work.t, env.now, task.index, work.draws.draw(c.id))
             duration = clock.time(steps)
             unit_floor = clock.min_step(steps) if steps > 0 else 0.0
-        if task.net.has_buffers and spec.buffers is None:
-            spec.buffers = work.buffers
-        fut = self.world.executor.submit(TrainJob(task.index, c.id, work.t, steps, spec, task.batch_size, rows=rows))
+        if spec is None:             # the round's cohort holds this client's job (protocols/cohort.py)
+            fut = None
+        else:
+            if task.net.has_buffers and spec.buffers is None:
+                spec.buffers = work.buffers
+            fut = self.world.executor.submit(TrainJob(task.index, c.id, work.t, steps, spec, task.batch_size,
+                                                      rows=rows))
         work.phase, work.t0, work.dur = State.COMPUTING, env.now, duration
         work.steps = steps
         work.unit = steps if record_steps is None else record_steps
@@ -364,11 +368,13 @@ class Protocol:
             return None
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None, draws=None):
+                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort=None):
         """The usual round of a participant, as a SimPy process: download the broadcast,
         compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
         upload lands, `on_fail(client_id)` when the client went offline. `after`: an event
-        to wait for first (the client's own unfinished background job, FedUMF `wait`)."""
+        to wait for first (the client's own unfinished background job, FedUMF `wait`).
+        `cohort`: a list the round's jobs are collected in instead (protocols/cohort.py): the
+        client appends (id, steps) when it starts computing and uploads None."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
 
@@ -376,8 +382,13 @@ class Protocol:
             if after is not None:
                 yield after
             yield from self.download(work, self.message_numel(task, "down"))
-            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps)
-            up = algo.upload(client.id, t, fut)
+            if cohort is not None:
+                cohort.append((client.id, steps))
+                yield from self.compute(work, None, steps)
+                up = None
+            else:
+                fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps)
+                up = algo.upload(client.id, t, fut)
             yield from self.upload(work, self.message_numel(task, "up"))
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)

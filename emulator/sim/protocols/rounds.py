@@ -16,6 +16,7 @@ from ...registry import Params, register
 from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .cohort import submit_cohorts
 from .vector import vector_round
 
 
@@ -128,6 +129,8 @@ class Rounds(Protocol):
             arrivals, agg = self.aggregate(task, t, items, log)
             self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
             return
+        shared = None if background or task.net.has_buffers else algo.cohort_spec(t, bc)
+        started = None if shared is None else []       # (client, steps) of the round's cohort
         procs = {}
         for cid, k in zip(chosen, steps.tolist()):
             c = w.clients[cid]
@@ -136,7 +139,7 @@ class Rounds(Protocol):
             procs[cid] = env.process(self.participate(
                 c, task, t, bc, k, log,
                 lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first,
-                draws=draws))
+                draws=draws, cohort=started))
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
             self.background.start(w.clients[cid], task, t, bc, log, draws)
         if wait.mode == "deadline":
@@ -145,6 +148,11 @@ class Rounds(Protocol):
             yield gate.done
         items = yield from self.close_round(gate, procs.values())
         self.last_participants = len(items)
+        if shared is not None:
+            came = {cid for cid, _, _ in items}
+            late = [(cid, k) for cid, k in started if cid not in came]
+            items = submit_cohorts(w.executor, task, t, shared, [cid for cid, _, _ in items], [k for _, _, k in items],
+                                   [cid for cid, _ in late], [k for _, k in late])
         if background:                   # clients.csv `trained`: participants that computed too
             for cid in chosen:
                 if log.steps[cid] > 0:

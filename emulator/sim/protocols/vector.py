@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from ...compute.jobs import CohortJob, TrainJob
+from ...compute.jobs import TrainJob
+from .cohort import submit_cohorts
 
 
 def at_time(env, when: float):
@@ -100,12 +101,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
         # one job for the round's arrivals (in arrival order), one for the clients that
         # started computing but did not arrive (never read: never computed)
         late = (a1 <= T) & ~arrived
-        if late.any():
-            w.executor.submit_cohort(CohortJob(task.index, ids[late], t, steps[late], shared, task.batch_size))
-        cohort = Cohort(ids[order], steps[order], None)
-        if len(order):
-            cohort.future = w.executor.submit_cohort(
-                CohortJob(task.index, cohort.clients, t, cohort.steps, shared, task.batch_size))
+        cohort = submit_cohorts(w.executor, task, t, shared, ids[order], steps[order], ids[late], steps[late])
     else:
         # jobs and uploads, in selection order (the process engine submits a job when its client
         # starts computing and asks the algorithm for the upload when it finishes)
@@ -151,18 +147,6 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
         return cohort
     return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
 
-
-class Cohort:
-    """A round's arrivals as one cohort job (`Algorithm.cohort_spec`): clients and planned
-    steps in arrival order, and the future of their stacked results (None: nobody arrived)."""
-
-    __slots__ = ("clients", "steps", "future")
-
-    def __init__(self, clients, steps, future):
-        self.clients, self.steps, self.future = clients, steps, future
-
-    def __len__(self):
-        return len(self.clients)
 
 
 def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor, bd, bu, nd, nu):
