@@ -29,6 +29,7 @@ class NetworkSim:
         self.compression = {"up": settings.compression.up, "down": settings.compression.down}
         self.flows = None
         self.paths = {}
+        self._bytes = {}
         self.group_of = np.fromiter((c.group_index for c in clients), np.int64, len(clients))
         self.links = {}                  # group index -> its link model (shared by the group)
         for c in clients:
@@ -44,7 +45,12 @@ class NetworkSim:
             self._build_flows(settings, clients, groups)
 
     def message_bytes(self, numel: int, direction: str = "up") -> int:
-        return message_bytes(numel, self.bytes_per_param, self.overhead, self.compression[direction])
+        key = (numel, direction)
+        nb = self._bytes.get(key)
+        if nb is None:               # a run has a handful of message sizes: each computed once
+            nb = self._bytes[key] = message_bytes(numel, self.bytes_per_param, self.overhead,
+                                                  self.compression[direction])
+        return nb
 
     def _build_flows(self, settings, clients, groups):
         cap = {}

@@ -284,7 +284,10 @@ class Protocol:
         jitter = work.draws.jitter_of(work.client.id, direction)
         rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
         work.transfer = w.network.transfer(work.client, nb, direction, jitter, rng)
-        yield from self._wait(work, work.transfer.event)
+        if work.offline is None:         # nothing can stop it but the round's close
+            yield work.transfer.event
+        else:
+            yield from self._wait(work, work.transfer.event)
         work.transfer = None
         log, i = work.log, work.row
         log.comm_time[i] += env.now - work.t0
@@ -331,7 +334,11 @@ class Protocol:
         # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
         # as the vector engine orders them: protocols/vector.py); an infinite step time never
         # ends: an event that never fires
-        yield from self._wait(work, env.timeout(duration) if math.isfinite(duration) else env.event())
+        done = env.timeout(duration) if math.isfinite(duration) else env.event()
+        if work.offline is None:
+            yield done
+        else:
+            yield from self._wait(work, done)
         log, i = work.log, work.row
         log.steps[i] = work.unit
         log.compute_time[i] = duration
