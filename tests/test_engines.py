@@ -137,3 +137,29 @@ def test_equal_time_uploads_are_aggregated_in_simpys_order(tmp_path):
     assert (mp["round_time"].dropna() == 0.5).all()
     pd.testing.assert_frame_equal(mp, mv, check_exact=True)
     pd.testing.assert_frame_equal(cp, cv, check_exact=True)
+
+
+def test_steps_beyond_the_bulk_draw_come_from_the_clients_round_stream():
+    """`redraw: step`: the round's bulk draw gives the planned steps' times; any further step
+    (a T-SFL interval fit) is drawn from the client's stream ("compute", id, round), which is
+    created only when such a step is asked for."""
+    import numpy as np
+    from devices.compute import LognormalCompute
+    from emulator.rng import Streams
+    from emulator.sim.client import Client
+
+    made = []
+
+    class Counting(Streams):
+        def keyed(self, name, *keys):
+            made.append((name, *keys))
+            return super().keyed(name, *keys)
+    streams = Counting(7)
+    model = LognormalCompute(mean_step_time=0.2, sigma=0.5, redraw="step")
+    c = Client(3, "g", 0, model, None, None, streams)
+    bulk = [0.25, 0.5]
+    clk = c.clock(4, 0.0, 0, bulk)
+    assert clk.time(2) == 0.75 and made == []             # the bulk draw only: no stream made
+    more = model.draw(Streams(7).keyed("compute", 3, 4), 16)
+    assert clk.time(5) == 0.75 + more[0] + more[1] + more[2]
+    assert made == [("compute", 3, 4)]

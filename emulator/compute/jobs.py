@@ -6,8 +6,8 @@ correction vector); the protocol fixes the number of steps in virtual time and s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Optional, Union
 
 import numpy as np
 import torch

@@ -54,11 +54,28 @@ class Client:
             rng = None
         elif redraw == "client":
             rng = self.own("compute.client")
-        elif draw is None or redraw == "step":
+        elif draw is None:
             rng = self.streams.keyed("compute", self.id, round_)
+        elif redraw == "step":       # steps beyond the bulk draw (rare): the stream made only if asked
+            rng = LazyStream(self.streams, ("compute", self.id, round_))
         else:
             rng = None
         return m.clock(self.id, round_, rng, now, self.work.get(task), draw)
 
     def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0, draw=None) -> float:
         return self.clock(round_, now, task, draw).time(steps)
+
+
+class LazyStream:
+    """A keyed stream created on first use (a per-participant stream costs ~50 us to seed;
+    most rounds never draw from it)."""
+
+    __slots__ = ("_streams", "_key", "_g")
+
+    def __init__(self, streams, key: tuple):
+        self._streams, self._key, self._g = streams, key, None
+
+    def __getattr__(self, name):
+        if self._g is None:
+            self._g = self._streams.keyed(*self._key)
+        return getattr(self._g, name)

@@ -306,6 +306,13 @@ class Protocol:
         """Piece: an upload of `numel` parameters over the client's link."""
         yield from self._move(work, numel, "up")
 
+    def submit_job(self, task, client: int, t: int, steps: int, spec, buffers, rows=None):
+        """The TrainJob of `client` in round t (a model with BatchNorm statistics starts from
+        `buffers`, those it downloaded, unless the spec says otherwise); returns its future."""
+        if task.net.has_buffers and spec.buffers is None:
+            spec.buffers = buffers
+        return self.world.executor.submit(TrainJob(task.index, client, t, steps, spec, task.batch_size, rows=rows))
+
     def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
                 record_steps: Optional[int] = None, unit_floor: Optional[float] = None, rows=None):
         """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
@@ -319,13 +326,8 @@ class Protocol:
             clock = c.clock(work.t, env.now, task.index, work.draws.draw(c.id))
             duration = clock.time(steps)
             unit_floor = clock.min_step(steps) if steps > 0 else 0.0
-        if spec is None:             # the round's cohort holds this client's job (protocols/cohort.py)
-            fut = None
-        else:
-            if task.net.has_buffers and spec.buffers is None:
-                spec.buffers = work.buffers
-            fut = self.world.executor.submit(TrainJob(task.index, c.id, work.t, steps, spec, task.batch_size,
-                                                      rows=rows))
+        # spec None: the round's cohort holds this client's job (protocols/cohort.py)
+        fut = None if spec is None else self.submit_job(task, c.id, work.t, steps, spec, work.buffers, rows)
         work.phase, work.t0, work.dur = State.COMPUTING, env.now, duration
         work.steps = steps
         work.unit = steps if record_steps is None else record_steps

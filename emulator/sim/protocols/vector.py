@@ -19,7 +19,6 @@ import math
 
 import numpy as np
 
-from ...compute.jobs import TrainJob
 from .cohort import submit_cohorts
 
 
@@ -106,12 +105,9 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
         # jobs and uploads, in selection order (the process engine submits a job when its client
         # starts computing and asks the algorithm for the upload when it finishes)
         futs, ups = {}, {}
-        for i, c in enumerate(w.clients[int(k)] for k in ids):
+        for i, c in enumerate(ids.tolist()):
             if a1[i] <= T:
-                spec = algo.local_spec(c.id, t, bc)
-                if task.net.has_buffers and spec.buffers is None:
-                    spec.buffers = task.buffers
-                futs[i] = w.executor.submit(TrainJob(task.index, c.id, t, int(steps[i]), spec, task.batch_size))
+                futs[i] = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
         for i in range(n):
             if i in futs and a2[i] <= T:
                 ups[i] = algo.upload(int(ids[i]), t, futs[i])
@@ -153,14 +149,13 @@ def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor
     """A round that waits for a client whose computation never ends: everyone else's work is
     recorded as it happens, then the round waits on an event that never fires (the run stalls,
     as under the process engine)."""
-    w, env, algo = proto.world, proto.env, task.algorithm
+    env, algo = proto.env, task.algorithm
     t0 = env.now
     fin = np.isfinite(a3)
-    for i, c in enumerate(w.clients[int(k)] for k in ids):   # every download ends; finite computations and uploads too
-        spec = algo.local_spec(c.id, t, bc)
-        fut = w.executor.submit(TrainJob(task.index, c.id, t, int(steps[i]), spec, task.batch_size))
+    for i, c in enumerate(ids.tolist()):     # every download ends; finite computations and uploads too
+        fut = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
         if fin[i]:
-            algo.upload(c.id, t, fut)
+            algo.upload(c, t, fut)
     last = float(np.max(np.where(fin, a3, a1)))
     if last > t0:
         yield at_time(env, last)
