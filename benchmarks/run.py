@@ -468,7 +468,7 @@ def p4(quick: bool) -> dict:
     for mode in ("share", "fixed"):
         for n in sizes:
             k = max(1, n // 100) if mode == "share" else 100
-            rounds = 20 if n <= 100_000 else 5
+            rounds = 20 if n <= 100_000 else 8
             cmd = [sys.executable, "-m", "benchmarks.fleet", str(n), str(k), str(rounds)]
             r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
