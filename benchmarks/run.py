@@ -358,7 +358,7 @@ def _register_noop():
             for fut in futures:
                 if isinstance(fut, CohortFuture):      # every row: the start vector
                     job = fut.job
-                    fut._set(CohortResult(params=force(job.spec.start).expand(len(job.clients), -1),
+                    fut._set(CohortResult(params=[force(job.spec.start)] * len(job.clients),
                                           steps=job.steps, loss_mean=np.zeros(len(job.clients))))
                     fut.job = None
 

@@ -125,7 +125,7 @@ def test_a_cohort_job_is_its_clients_jobs(executor):
     singles = [ex.submit(TrainJob(0, int(c), 2, int(k), spec, 16)) for c, k in zip(clients, steps)]
     resolve([fut] + singles)          # one level: a batched executor stacks all six jobs
     res = fut.value()
-    assert res.params.shape == (3, x.numel())
+    assert len(res.params) == 3 and res.params[0].shape == x.shape
     for i, s in enumerate(singles):
         r = s.value()
         if executor == "batched":     # stacked rows: float noise of vmap against a lone job
@@ -146,3 +146,19 @@ def test_round_log_positions_in_any_order():
         with pytest.raises(KeyError):
             log.positions(missing)
     assert RoundLog(1, 5).positions([3, 1]).tolist() == [3, 1]     # dense: the id itself
+
+
+def test_a_run_cut_mid_round_counts_the_started_jobs_alike(monkeypatch):
+    """run.virtual_time ends a round part-way: the clients that had started computing are
+    counted as submitted jobs by the process engine's cohort path as by the client-by-client
+    path and the vector engine (summary.json jobs_submitted / grad_steps)."""
+    sc = deadline_scenario()
+    sc["run"] = {"virtual_time": 2.3}
+    stats = {}
+    for engine in ("process", "vector"):
+        for cohort in (True, False):
+            w, _ = run(sc, cohort, monkeypatch, engine)
+            stats[engine, cohort] = w.executor.stats
+    assert stats["process", True].jobs_submitted > stats["process", True].jobs_computed > 0
+    assert len({(s.jobs_submitted, s.steps_submitted, s.jobs_computed, s.steps_computed)
+                for s in stats.values()}) == 1

@@ -73,12 +73,12 @@ class Arrival:
 @dataclass
 class Rows:
     """A round's arrivals as columns (the cohort path, `Algorithm.aggregate_rows`): row i is
-    client `clients[i]`, in arrival order; `params` stacks their trained parameters."""
+    client `clients[i]`, in arrival order."""
 
     clients: np.ndarray
     n_samples: np.ndarray
     steps: np.ndarray
-    params: torch.Tensor          # (n, dim)
+    params: list                  # row i: the trained parameters of clients[i] (a tensor each)
     train_loss: np.ndarray
 
     def __len__(self):

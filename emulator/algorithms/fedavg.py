@@ -62,7 +62,7 @@ class FedAvg(Algorithm):
     def aggregate_rows(self, t, rows):
         if not len(rows):
             return Aggregation()
-        return self._average(rows.clients.tolist(), rows.params.unbind(0), size_weights(rows.n_samples, self.p.weighting))
+        return self._average(rows.clients.tolist(), rows.params, size_weights(rows.n_samples, self.p.weighting))
 
     def _average(self, clients, vectors, p):
         avg = weighted_sum(vectors, p)                              # sum_k (n_k/m_t) w^k_{t+1}

@@ -99,14 +99,21 @@ class Executor:
             job = replace(job, spec=replace(job.spec, probe=False))
         return JobFuture(job, self, probe)
 
-    def submit_cohort(self, job: CohortJob) -> CohortFuture:
+    def submit_cohort(self, job: CohortJob, counted: bool = False) -> CohortFuture:
         """One future for a round's clients that share a spec (no probes, no BatchNorm
-        buffers): counted as its clients' jobs."""
+        buffers): counted as its clients' jobs, unless they were already (`count_jobs`, as
+        each started computing)."""
         if job.spec.probe or job.spec.buffers is not None:
             raise ValueError("a cohort takes no probes and no BatchNorm buffers (submit per client)")
-        self.stats.jobs_submitted += len(job.clients)
-        self.stats.steps_submitted += int(job.steps.sum())
+        if not counted:
+            self.count_jobs(len(job.clients), int(job.steps.sum()))
         return CohortFuture(job, self)
+
+    def count_jobs(self, jobs: int, steps: int) -> None:
+        """Jobs that a cohort will carry, counted when they start (so a run that ends before
+        the cohort is submitted counts them as the client-by-client path does)."""
+        self.stats.jobs_submitted += jobs
+        self.stats.steps_submitted += steps
 
     def run(self, futures: list) -> None:
         """Compute these jobs (every lazy input of theirs is already resolved)."""
@@ -127,10 +134,8 @@ class Executor:
     @staticmethod
     def finish_cohort(fut: CohortFuture, results: list) -> None:
         """Set a cohort's value from its clients' results (in its rows' order)."""
-        job = fut.job
-        dim = force(job.spec.start).numel()
-        params = torch.stack([r.params for r in results]) if results else torch.zeros(0, dim)
-        fut._set(CohortResult(params=params, steps=np.array([r.steps for r in results], dtype=np.int64),
+        fut._set(CohortResult(params=[r.params for r in results],
+                              steps=np.array([r.steps for r in results], dtype=np.int64),
                               loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64)))
         fut.job = None
 

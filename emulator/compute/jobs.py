@@ -142,7 +142,8 @@ class CohortJob:
 
 @dataclass
 class CohortResult:
-    params: torch.Tensor        # (n, dim): row i the final parameters of clients[i]
+    params: list                # row i: the final parameters of clients[i] (its job's own tensor:
+                                # no (n, dim) stack, which for large models would double the memory)
     steps: np.ndarray
     loss_mean: np.ndarray       # per row (nan where 0 steps)
 

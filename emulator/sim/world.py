@@ -29,6 +29,9 @@ from .network import NetworkSim
 from .recorder import Recorder
 
 
+FREEZE_FROM = 10_000   # fleets from this size run with their world frozen out of the cyclic GC
+
+
 @dataclass(eq=False)
 class Task:
     """One model being trained: its data, network, algorithm and evaluation."""
@@ -237,10 +240,14 @@ class World:
         until = proc
         if self.sc.run.virtual_time is not None:
             until = self.env.any_of([proc, self.env.timeout(self.sc.run.virtual_time)])
-        # the world built so far (clients, data, models: millions of objects in a large fleet)
-        # lives as long as the run: the cyclic garbage collector leaves it out of its full
-        # passes, which otherwise rescan all of it every few thousand allocations
-        gc.freeze()
+        # a large fleet's world (clients, data, models: millions of objects) lives as long as
+        # the run: the cyclic garbage collector leaves it out of its full passes, which would
+        # rescan all of it every few thousand allocations (after one collection, so that no
+        # garbage of earlier runs in this process is frozen with it)
+        freeze = self.num_clients >= FREEZE_FROM
+        if freeze:
+            gc.collect()
+            gc.freeze()
         try:
             self.env.run(until=until)
             if self.status == "running":
@@ -253,7 +260,8 @@ class World:
             self.stall(f"nothing left to happen at virtual time {self.env.now:g}: every client waits on work "
                        "that never ends or on an aggregation that cannot come")
         finally:
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()
 
     def stall(self, why: str) -> None:
         """The run cannot make progress: stop it (status `stalled`), keeping what was recorded."""

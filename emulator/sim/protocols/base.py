@@ -393,6 +393,7 @@ class Protocol:
             yield from self.download(work, self.message_numel(task, "down"))
             if cohort is not None:
                 cohort.append((client.id, steps))
+                self.world.executor.count_jobs(1, steps)
                 yield from self.compute(work, None, steps)
                 up = None
             else:
@@ -421,7 +422,7 @@ class Protocol:
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
         (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
         algo = task.algorithm
-        if hasattr(items, "future"):            # a cohort (protocols/vector.py)
+        if hasattr(items, "future"):            # a cohort (protocols/cohort.py)
             return self.aggregate_cohort(task, t, items, log)
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
@@ -454,12 +455,13 @@ class Protocol:
         algo = task.algorithm
         dim = algo.message_numel("up")
         if cohort.future is None:
-            res_params, loss = torch.zeros(0, dim, dtype=task.net.dtype), np.zeros(0)
+            res_params, loss = [], np.zeros(0)
         else:
             res = force(cohort.future)
             res_params, loss = res.params, res.loss_mean
-            if res_params.shape[1] != dim:
-                raise InvariantError(f"{algo.name}: clients uploaded {res_params.shape[1]} parameters but the "
+            got = res_params[0].numel()           # one job's spec: every row alike
+            if got != dim:
+                raise InvariantError(f"{algo.name}: clients uploaded {got} parameters but the "
                                      f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
                     steps=cohort.steps, params=res_params, train_loss=loss)

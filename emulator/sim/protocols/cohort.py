@@ -23,14 +23,17 @@ class Cohort:
         return len(self.clients)
 
 
-def submit_cohorts(executor, task, t: int, spec, arrived, arrived_steps, late, late_steps) -> Cohort:
-    """Submit the arrivals' cohort and the late clients' one (if any); returns the arrivals'."""
+def submit_cohorts(executor, task, t: int, spec, arrived, arrived_steps, late, late_steps,
+                   counted: bool = False) -> Cohort:
+    """Submit the arrivals' cohort and the late clients' one (if any); returns the arrivals'.
+    `counted`: their jobs were counted as each client started (the process engine)."""
     arrived = np.asarray(arrived, dtype=np.int64)
     arrived_steps = np.asarray(arrived_steps, dtype=np.int64)
     if len(late):
         executor.submit_cohort(CohortJob(task.index, np.asarray(late, dtype=np.int64), t,
-                                         np.asarray(late_steps, dtype=np.int64), spec, task.batch_size))
+                                         np.asarray(late_steps, dtype=np.int64), spec, task.batch_size), counted)
     cohort = Cohort(arrived, arrived_steps)
     if len(arrived):
-        cohort.future = executor.submit_cohort(CohortJob(task.index, arrived, t, arrived_steps, spec, task.batch_size))
+        cohort.future = executor.submit_cohort(CohortJob(task.index, arrived, t, arrived_steps, spec, task.batch_size),
+                                               counted)
     return cohort

@@ -152,7 +152,7 @@ class Rounds(Protocol):
             came = {cid for cid, _, _ in items}
             late = [(cid, k) for cid, k in started if cid not in came]
             items = submit_cohorts(w.executor, task, t, shared, [cid for cid, _, _ in items], [k for _, _, k in items],
-                                   [cid for cid, _ in late], [k for _, k in late])
+                                   [cid for cid, _ in late], [k for _, k in late], counted=True)
         if background:                   # clients.csv `trained`: participants that computed too
             for cid in chosen:
                 if log.steps[cid] > 0:
