@@ -162,3 +162,28 @@ def test_a_run_cut_mid_round_counts_the_started_jobs_alike(monkeypatch):
     assert stats["process", True].jobs_submitted > stats["process", True].jobs_computed > 0
     assert len({(s.jobs_submitted, s.steps_submitted, s.jobs_computed, s.steps_computed)
                 for s in stats.values()}) == 1
+
+
+def test_a_frozen_run_does_not_keep_an_earlier_world_alive(monkeypatch):
+    """World.run takes a large fleet's world out of the cyclic GC's passes (gc.freeze); the
+    garbage of an earlier run in the same process (a World is full of reference cycles) is
+    collected first, not frozen with it for the whole run (sweeps on Ray workers, library use)."""
+    import gc
+    import weakref
+    import emulator.sim.world as world_module
+    monkeypatch.setattr(world_module, "FREEZE_FROM", 1)
+    a = World(scenario.load(tiny(**{"run.rounds": 2})))
+    a.run()
+    gone = weakref.ref(a)
+    b = World(scenario.load(tiny(**{"run.rounds": 2})))
+    seen = []
+    b.progress = lambda row: row["round"] >= 1 and (gc.collect(), seen.append(gone() is None))
+    gc.disable()                       # the earlier world becomes garbage, not yet collected
+    try:
+        del a
+        assert gone() is not None
+        b.run()
+    finally:
+        gc.enable()
+    assert seen and all(seen)          # collected before the freeze, so gone during b's run
+    assert gc.get_freeze_count() == 0  # and nothing is left frozen after it
