@@ -38,7 +38,10 @@ WAITS = {"all": "all", "deadline": {"mode": "deadline", "seconds": 0.6}, "first_
 
 def files(tmp_path):
     trace = tmp_path / "steps.csv"
-    trace.write_text("client,start,step_time\n0,0,0.05\n0,0.7,0.3\n1,0,0.2\n1,1.2,0.02\n")
+    # step times that change within a download (0.01-0.05 s after a round starts): a clock started
+    # at the wrong time gives other compute times
+    trace.write_text("client,start,step_time\n0,0,0.05\n0,0.012,0.3\n0,0.7,0.1\n0,0.72,0.02\n"
+                     "1,0,0.2\n1,0.015,0.02\n1,1.2,0.3\n")
     links = tmp_path / "links.csv"
     links.write_text("client,up_mbps,down_mbps\n0,1,4\n1,8,20\n2,0.5,2\n")
     return {"TRACE": {"model": "trace", "path": str(trace)},
@@ -163,3 +166,29 @@ def test_steps_beyond_the_bulk_draw_come_from_the_clients_round_stream():
     more = model.draw(Streams(7).keyed("compute", 3, 4), 16)
     assert clk.time(5) == 0.75 + more[0] + more[1] + more[2]
     assert made == [("compute", 3, 4)]
+
+
+@pytest.mark.parametrize("compute, link", [("lognormal", "jitter_spread"), ("lognormal_step", "link_trace"),
+                                           ("normal_client", "uniform_jitter"), ("trace", "link"),
+                                           ("flops", "instant"), ("constant", "jitter_spread")])
+def test_planned_round_equals_each_clients_own_pieces(compute, link, tmp_path, monkeypatch):
+    """The process engine plans a round's download, compute and upload seconds in NumPy
+    (`Protocol.plan_round`, dedicated links); it records exactly what each client's own pieces
+    (its link's transfer time, its step clock) give, under time availability too."""
+    from emulator.sim.protocols.base import Protocol
+    avail = {"model": "markov_time", "mean_on": 2.0, "mean_off": 0.5}
+    sc = scenario_for(compute, link, "deadline", avail, tmp_path)
+    sc["protocol"]["engine"] = "process"
+    out = {}
+    for planned in (True, False):
+        with monkeypatch.context() as m:
+            if not planned:
+                m.setattr(Protocol, "plan_round", lambda self, *a: None)
+            w = World(scenario.load(sc))
+            w.run()
+        c = w.recorder.clients_frame()
+        c["min_compute"] = np.concatenate([rl.min_compute for rl in w.recorder.rounds])
+        out[planned] = (w.recorder.metrics_frame().drop(columns=["wall_time"]), c)
+    pd.testing.assert_frame_equal(out[True][0], out[False][0], check_exact=True)
+    pd.testing.assert_frame_equal(out[True][1], out[False][1], check_exact=True)
+    assert (out[True][1]["drop_reason"] == "offline").any()      # someone went offline mid-round

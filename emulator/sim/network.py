@@ -9,7 +9,7 @@ import numpy as np
 from devices.network import FlowNetwork, build_topology, message_bytes, route
 
 
-class _Timed:
+class Timed:
     """A transfer over a dedicated link: one timeout; cancelling needs no bookkeeping."""
 
     __slots__ = ("event",)
@@ -112,7 +112,7 @@ class NetworkSim:
         if jitter is None and getattr(client.link, "jitter", 0) > 0:
             jitter = float(client.link.delay(rng) - client.link.latency)
         if self.flows is None:
-            return _Timed(self.env.timeout(self.link_time(client, nbytes, direction, jitter or 0.0)))
+            return Timed(self.env.timeout(self.link_time(client, nbytes, direction, jitter or 0.0)))
         pl, paths = self.paths[client.id]
         path = [("client", client.id, direction)]
         if math.isinf(self.flows.capacity[path[0]]):

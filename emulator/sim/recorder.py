@@ -41,6 +41,7 @@ class RoundLog:
             self._order = np.argsort(self.ids, kind="stable")
             self._sorted = self.ids[self._order]
         self.cols = {k: np.full(self.n, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
+        self.__dict__.update(self.cols)        # log.steps etc.: the same arrays, plain attributes
         # lower bound on each row's compute time from the realised step clock (invariants.py)
         self.min_compute = np.zeros(self.n)
         self.extra: dict[str, np.ndarray] = {}

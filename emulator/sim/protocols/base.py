@@ -34,6 +34,7 @@ from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
 from ..client import State
 from ..draws import NO_DRAWS, RoundDraws
+from ..network import Timed
 
 
 LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
@@ -139,6 +140,7 @@ class Protocol:
         self.p = params
         self.env = world.env
         self.multicast_sent = False     # this round's multicast broadcast has been counted
+        self.multicast = getattr(params, "broadcast", "unicast") == "multicast"
         sel = getattr(params, "select", None)
         self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
 
@@ -263,6 +265,18 @@ class Protocol:
     def begin(self, client, task, t: int, log, draws=None) -> Work:
         return Work(client, task, t, log, self.offline_watch(client), draws)
 
+    def plan_round(self, task, t: int, clients, steps, draws) -> Optional[list]:
+        """Each participant's (download, compute, step floor, upload) seconds, computed for the
+        whole round in NumPy as the vector engine does (the same seconds to the last bit), for
+        participants that start at once over dedicated links; None where transfers share links
+        (their times depend on the other flows)."""
+        w = self.world
+        if w.network.flows is None and len(clients):
+            from .vector import round_times
+            d, dur, floor, u = round_times(self, task, t, np.asarray(clients, dtype=np.int64), steps, draws)
+            return list(zip(d.tolist(), dur.tolist(), floor.tolist(), u.tolist()))
+        return None
+
     def round_draws(self, t: int, clients, steps=None) -> RoundDraws:
         """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
         return RoundDraws(self.world, t, clients, steps)
@@ -275,15 +289,18 @@ class Protocol:
         if not event.processed:      # (a Timeout counts as `triggered` from its creation)
             raise WentOffline()
 
-    def _move(self, work: Work, numel: int, direction: str):
+    def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
         env, w = self.env, self.world
         nb = w.network.message_bytes(numel, direction)
         work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
         work.t0 = env.now
         self.set_state(work.client, work.phase, work.t)
-        jitter = work.draws.jitter_of(work.client.id, direction)
-        rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
-        work.transfer = w.network.transfer(work.client, nb, direction, jitter, rng)
+        if seconds is not None:          # planned for the round (a dedicated link: `plan_round`)
+            work.transfer = Timed(env.timeout(seconds))
+        else:
+            jitter = work.draws.jitter_of(work.client.id, direction)
+            rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
+            work.transfer = w.network.transfer(work.client, nb, direction, jitter, rng)
         if work.offline is None:         # nothing can stop it but the round's close
             yield work.transfer.event
         else:
@@ -291,20 +308,21 @@ class Protocol:
         work.transfer = None
         log, i = work.log, work.row
         log.comm_time[i] += env.now - work.t0
-        if direction == "down" and getattr(self.p, "broadcast", "unicast") == "multicast":
+        if direction == "down" and self.multicast:
             if self.multicast_sent:      # one message reached every recipient: counted once
                 return
             self.multicast_sent = True
         (log.bytes_down if direction == "down" else log.bytes_up)[i] += nb
         log.messages.append((numel, nb, direction))
 
-    def download(self, work: Work, numel: int):
-        """Piece: the broadcast of `numel` parameters over the client's link."""
-        yield from self._move(work, numel, "down")
+    def download(self, work: Work, numel: int, seconds: Optional[float] = None):
+        """Piece: the broadcast of `numel` parameters over the client's link (taking
+        `seconds` where the round planned it)."""
+        yield from self._move(work, numel, "down", seconds)
 
-    def upload(self, work: Work, numel: int):
+    def upload(self, work: Work, numel: int, seconds: Optional[float] = None):
         """Piece: an upload of `numel` parameters over the client's link."""
-        yield from self._move(work, numel, "up")
+        yield from self._move(work, numel, "up", seconds)
 
     def submit_job(self, task, client: int, t: int, steps: int, spec, buffers, rows=None):
         """The TrainJob of `client` in round t (a model with BatchNorm statistics starts from
@@ -377,29 +395,31 @@ class Protocol:
             return None
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort=None):
+                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort=None, plan=None):
         """The usual round of a participant, as a SimPy process: download the broadcast,
         compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
         upload lands, `on_fail(client_id)` when the client went offline. `after`: an event
         to wait for first (the client's own unfinished background job, FedUMF `wait`).
         `cohort`: a list the round's jobs are collected in instead (protocols/cohort.py): the
-        client appends (id, steps) when it starts computing and uploads None."""
+        client appends (id, steps) when it starts computing and uploads None. `plan`: its
+        (download, compute, step floor, upload) seconds, planned for the round (`plan_round`)."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
+        down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
 
         def body():
             if after is not None:
                 yield after
-            yield from self.download(work, self.message_numel(task, "down"))
+            yield from self.download(work, self.message_numel(task, "down"), down)
             if cohort is not None:
                 cohort.append((client.id, steps))
                 self.world.executor.count_jobs(1, steps)
-                yield from self.compute(work, None, steps)
+                yield from self.compute(work, None, steps, dur, unit_floor=floor)
                 up = None
             else:
-                fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps)
+                fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps, dur, unit_floor=floor)
                 up = algo.upload(client.id, t, fut)
-            yield from self.upload(work, self.message_numel(task, "up"))
+            yield from self.upload(work, self.message_numel(task, "up"), up_s)
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
+import numpy as np
+
 from pydantic import BeforeValidator, Field
 
 from ...registry import Params, register
@@ -131,15 +133,17 @@ class Rounds(Protocol):
             return
         shared = None if background or task.net.has_buffers else algo.cohort_spec(t, bc)
         started = None if shared is None else []       # (client, steps) of the round's cohort
+        plans = None if background else self.plan_round(task, t, chosen, steps[:len(chosen)], draws)
         procs = {}
-        for cid, k in zip(chosen, steps.tolist()):
+        arrive = lambda cid_, up, steps: gate.arrive(cid_, (up, steps))     # noqa: E731
+        fail = lambda cid_: gate.fail()                                      # noqa: E731
+        for i, (cid, k) in enumerate(zip(np.asarray(chosen).tolist(), steps.tolist())):
             c = w.clients[cid]
             self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
             procs[cid] = env.process(self.participate(
-                c, task, t, bc, k, log,
-                lambda cid_, up, steps: gate.arrive(cid_, (up, steps)), lambda cid_: gate.fail(), after=first,
-                draws=draws, cohort=started))
+                c, task, t, bc, k, log, arrive, fail, after=first,
+                draws=draws, cohort=started, plan=None if plans is None else plans[i]))
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
             self.background.start(w.clients[cid], task, t, bc, log, draws)
         if wait.mode == "deadline":

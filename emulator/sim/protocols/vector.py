@@ -58,6 +58,20 @@ def compute_times(w, task, t: int, ids: np.ndarray, steps: np.ndarray, a1: np.nd
     return dur, floor
 
 
+def round_times(proto, task, t: int, ids: np.ndarray, steps, draws) -> tuple:
+    """Download, compute, step-floor and upload seconds of participants `ids` starting now over
+    dedicated links (NumPy per device group, bit-identical to each client's own pieces)."""
+    w, t0 = proto.world, proto.env.now
+    steps = np.asarray(steps, dtype=np.int64)
+    bd = w.network.message_bytes(proto.message_numel(task, "down"), "down")
+    bu = w.network.message_bytes(proto.message_numel(task, "up"), "up")
+    jit = draws.jitter[:, draws.positions(ids)]
+    d = w.network.link_times(ids, bd, "down", jit[0])
+    dur, floor = compute_times(w, task, t, ids, steps, t0 + d, draws)
+    u = w.network.link_times(ids, bu, "up", jit[1])
+    return d, dur, floor, u
+
+
 def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     """Generator: round t of `proto` (a Rounds) for `chosen` (with their planned `steps`), as
     one timeout. Returns the arrived items [(client, upload, steps)] in SimPy's arrival order."""
@@ -69,12 +83,9 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     nd, nu = proto.message_numel(task, "down"), proto.message_numel(task, "up")
     bd, bu = w.network.message_bytes(nd, "down"), w.network.message_bytes(nu, "up")
     steps = np.asarray(steps, dtype=np.int64)
-    jit = draws.jitter[:, draws.positions(ids)]
-    d = w.network.link_times(ids, bd, "down", jit[0])
+    d, dur, floor, u = round_times(proto, task, t, ids, steps, draws)
     a1 = t0 + d
-    dur, floor = compute_times(w, task, t, ids, steps, a1, draws)
     a2 = np.where(dur > 0, a1 + dur, a1)
-    u = w.network.link_times(ids, bu, "up", jit[1])
     a3 = a2 + u
     wait = proto.p.wait
     if n and not np.isfinite(a3).all():
