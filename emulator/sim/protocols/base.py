@@ -241,6 +241,8 @@ class Protocol:
     def offline_watch(self, client):
         """An event that fires when the client's current online period ends (None: never
         before it finishes, for per-round availability models)."""
+        if client.availability.kind == "round":     # decided at the round's start, held for it
+            return None
         until = client.availability.online_until(client.id, self.env.now)
         if math.isinf(until):
             return None
@@ -350,7 +352,8 @@ class Protocol:
         work.steps = steps
         work.unit = steps if record_steps is None else record_steps
         work.unit_floor = unit_floor or 0.0
-        self.set_state(c, State.COMPUTING, work.t, f"{steps} steps")
+        if self.world.recorder.events is not None:
+            self.set_state(c, State.COMPUTING, work.t, f"{steps} steps")
         # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
         # as the vector engine orders them: protocols/vector.py); an infinite step time never
         # ends: an event that never fires
