@@ -127,7 +127,7 @@ class Algorithm:
     def cohort_spec(self, t: int, received: Broadcast) -> Optional[LocalSpec]:
         """The one LocalSpec every participant of round t trains from, where the client side
         depends on no client (FedAvg, FedProx): the protocol then submits the round's jobs as
-        one cohort and aggregates their stacked rows with `aggregate_rows` (DESIGN.md section
+        one cohort and aggregates their rows with `aggregate_rows` (DESIGN.md section
         3: no object per participant). None (default): `local_spec` / `upload` per client.
         An algorithm that gives one promises that its upload is the trained parameters and
         nothing else, that it keeps no per-client state, and that it reads every arrival."""

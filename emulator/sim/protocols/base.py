@@ -473,8 +473,8 @@ class Protocol:
         return arrivals, agg
 
     def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
-        """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its stacked
-        results go to the algorithm as columns (`Rows`), with no object per client."""
+        """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its results
+        go to the algorithm as columns (`Rows`), with no object per client."""
         algo = task.algorithm
         dim = algo.message_numel("up")
         if cohort.future is None:

@@ -1,7 +1,8 @@
 """A round's jobs as cohorts (DESIGN.md section 3), for algorithms whose client side depends on
 no client (`Algorithm.cohort_spec`): the arrivals' jobs are one CohortJob, in arrival order,
-whose stacked rows the algorithm aggregates (`aggregate_rows`); the clients that started
-computing but did not arrive are a second cohort that nothing reads, so it is never computed.
+whose rows (each client's own result) the algorithm aggregates (`aggregate_rows`); the
+clients that started computing but did not arrive are a second cohort that nothing reads, so
+it is never computed.
 Both engines of `rounds` use it: the same jobs, counted and computed alike."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ...compute.jobs import CohortJob
 
 class Cohort:
     """A round's arrivals: clients and planned steps in arrival order, and the future of their
-    stacked results (None: nobody arrived)."""
+    results, one row each (None: nobody arrived)."""
 
     __slots__ = ("clients", "steps", "future")
 
