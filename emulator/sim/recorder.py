@@ -49,12 +49,6 @@ class RoundLog:
         self.round_time = None   # the aggregation's duration (set when it is recorded)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
 
-    def __getattr__(self, k):
-        cols = self.__dict__.get("cols")
-        if cols is not None and k in cols:
-            return cols[k]
-        raise AttributeError(k)
-
     def at(self, client: int) -> int:
         """Row of `client` in this log's columns."""
         if self.ids is None:

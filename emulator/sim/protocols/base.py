@@ -35,6 +35,8 @@ from ...errors import DivergedError, InvariantError
 from ..client import State
 from ..draws import NO_DRAWS, RoundDraws
 from ..network import Timed
+from .cohort import Cohort
+from .round_plan import round_times
 
 
 LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
@@ -267,6 +269,13 @@ class Protocol:
     def begin(self, client, task, t: int, log, draws=None) -> Work:
         return Work(client, task, t, log, self.offline_watch(client), draws)
 
+    def cohort_spec(self, task, t: int, bc):
+        """The one spec a round's cohort trains from (protocols/cohort.py), or None: client by
+        client (models with BatchNorm statistics and background training always are)."""
+        if task.net.has_buffers or getattr(task.algorithm, "trains_unselected", False):
+            return None
+        return task.algorithm.cohort_spec(t, bc)
+
     def plan_round(self, task, t: int, clients, steps, draws) -> Optional[list]:
         """Each participant's (download, compute, step floor, upload) seconds, computed for the
         whole round in NumPy as the vector engine does (the same seconds to the last bit), for
@@ -274,7 +283,6 @@ class Protocol:
         (their times depend on the other flows)."""
         w = self.world
         if w.network.flows is None and len(clients):
-            from .vector import round_times
             d, dur, floor, u = round_times(self, task, t, np.asarray(clients, dtype=np.int64), steps, draws)
             return list(zip(d.tolist(), dur.tolist(), floor.tolist(), u.tolist()))
         return None
@@ -445,7 +453,7 @@ class Protocol:
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
         (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
         algo = task.algorithm
-        if hasattr(items, "future"):            # a cohort (protocols/cohort.py)
+        if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
             return self.aggregate_cohort(task, t, items, log)
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,

@@ -131,7 +131,7 @@ class Rounds(Protocol):
             arrivals, agg = self.aggregate(task, t, items, log)
             self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
             return
-        shared = None if background or task.net.has_buffers else algo.cohort_spec(t, bc)
+        shared = self.cohort_spec(task, t, bc)
         started = None if shared is None else []       # (client, steps) of the round's cohort
         plans = None if background else self.plan_round(task, t, chosen, steps[:len(chosen)], draws)
         procs = {}

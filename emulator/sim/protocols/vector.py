@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .cohort import submit_cohorts
+from .round_plan import round_times
 
 
 def at_time(env, when: float):
@@ -30,46 +31,6 @@ def at_time(env, when: float):
     while env.now + delay < when:
         delay = math.nextafter(delay, math.inf)
     return env.timeout(max(delay, 0.0))
-
-
-def compute_times(w, task, t: int, ids: np.ndarray, steps: np.ndarray, a1: np.ndarray, draws) -> tuple:
-    """Each participant's compute time for `steps` local steps starting at a1, and the floor
-    of one step's time (clients.csv min_compute = steps x floor): in NumPy per device group
-    where the group's clock is one step time per client (`ComputeModel.step_times`), else
-    through each client's clock. The same seconds, bit for bit."""
-    n = len(ids)
-    dur, floor = np.empty(n), np.empty(n)
-    pos = draws.positions(ids)
-    groups = w.group_of[ids]
-    for gi in np.unique(groups):
-        sel = np.flatnonzero(groups == gi)
-        model = w.clients[int(ids[sel[0]])].compute
-        st = model.step_times([draws.compute[p] for p in pos[sel].tolist()])
-        k = steps[sel]
-        if st is not None:                         # FixedClock: time(k) = k x step (0 if k = 0)
-            with np.errstate(invalid="ignore"):    # 0 x inf where k = 0: masked out
-                dur[sel] = np.where(k > 0, k * st, 0.0)
-            floor[sel] = np.where(k > 0, st, 0.0)
-            continue
-        for i in sel.tolist():
-            clk = w.clients[int(ids[i])].clock(t, float(a1[i]), task.index, draws.compute[pos[i]])
-            dur[i] = clk.time(int(steps[i]))
-            floor[i] = clk.min_step(int(steps[i])) if steps[i] > 0 else 0.0
-    return dur, floor
-
-
-def round_times(proto, task, t: int, ids: np.ndarray, steps, draws) -> tuple:
-    """Download, compute, step-floor and upload seconds of participants `ids` starting now over
-    dedicated links (NumPy per device group, bit-identical to each client's own pieces)."""
-    w, t0 = proto.world, proto.env.now
-    steps = np.asarray(steps, dtype=np.int64)
-    bd = w.network.message_bytes(proto.message_numel(task, "down"), "down")
-    bu = w.network.message_bytes(proto.message_numel(task, "up"), "up")
-    jit = draws.jitter[:, draws.positions(ids)]
-    d = w.network.link_times(ids, bd, "down", jit[0])
-    dur, floor = compute_times(w, task, t, ids, steps, t0 + d, draws)
-    u = w.network.link_times(ids, bu, "up", jit[1])
-    return d, dur, floor, u
 
 
 def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
@@ -106,7 +67,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     arrived = a3 <= T
     order = np.lexsort((np.arange(n), a1, a2, a3))       # SimPy's order: by a3, a2, a1, selection
     order = order[arrived[order]]
-    shared = None if task.net.has_buffers else algo.cohort_spec(t, bc)
+    shared = proto.cohort_spec(task, t, bc)
     if shared is not None:
         # one job for the round's arrivals (in arrival order), one for the clients that
         # started computing but did not arrive (never read: never computed)
