@@ -291,39 +291,43 @@ class Protocol:
         """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
         return RoundDraws(self.world, t, clients, steps)
 
-    def _wait(self, work: Work, event):
-        if work.offline is None:
-            yield event
-            return
-        yield event | work.offline
-        if not event.processed:      # (a Timeout counts as `triggered` from its creation)
-            raise WentOffline()
-
-    def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
+    def _send(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
+        """Start a transfer of `numel` parameters (taking `seconds` where the round planned
+        it); returns the event of its arrival. `_sent` records it once it has arrived."""
         env, w = self.env, self.world
-        nb = w.network.message_bytes(numel, direction)
         work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
         work.t0 = env.now
-        self.set_state(work.client, work.phase, work.t)
+        if w.recorder.events is not None:
+            self.set_state(work.client, work.phase, work.t)
         if seconds is not None:          # planned for the round (a dedicated link: `plan_round`)
             work.transfer = Timed(env.timeout(seconds))
         else:
             jitter = work.draws.jitter_of(work.client.id, direction)
             rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
-            work.transfer = w.network.transfer(work.client, nb, direction, jitter, rng)
-        if work.offline is None:         # nothing can stop it but the round's close
-            yield work.transfer.event
-        else:
-            yield from self._wait(work, work.transfer.event)
+            work.transfer = w.network.transfer(work.client, w.network.message_bytes(numel, direction),
+                                               direction, jitter, rng)
+        return work.transfer.event
+
+    def _sent(self, work: Work, numel: int, direction: str) -> None:
+        """Record an arrived transfer: its seconds, bytes and message (a multicast broadcast's
+        bytes once per round)."""
         work.transfer = None
         log, i = work.log, work.row
-        log.comm_time[i] += env.now - work.t0
+        log.comm_time[i] += self.env.now - work.t0
         if direction == "down" and self.multicast:
             if self.multicast_sent:      # one message reached every recipient: counted once
                 return
             self.multicast_sent = True
+        nb = self.world.network.message_bytes(numel, direction)
         (log.bytes_down if direction == "down" else log.bytes_up)[i] += nb
         log.messages.append((numel, nb, direction))
+
+    def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
+        ev = self._send(work, numel, direction, seconds)
+        yield ev if work.offline is None else ev | work.offline
+        if not ev.processed:         # the client went offline first (a Timeout is `triggered` at once)
+            raise WentOffline()
+        self._sent(work, numel, direction)
 
     def download(self, work: Work, numel: int, seconds: Optional[float] = None):
         """Piece: the broadcast of `numel` parameters over the client's link (taking
@@ -349,6 +353,16 @@ class Protocol:
         client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
         (default: the SGD steps), `unit_floor` a lower bound on one recorded step's time,
         `rows` a subset of the client's samples to train on."""
+        fut, done = self._start_compute(work, spec, steps, duration, record_steps, unit_floor, rows)
+        yield done if work.offline is None else done | work.offline
+        if not done.processed:
+            raise WentOffline()
+        self._computed(work)
+        return fut
+
+    def _start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                       record_steps: Optional[int] = None, unit_floor: Optional[float] = None, rows=None):
+        """`compute` up to its wait: returns (the job's future, the event of its end)."""
         env, task, c = self.env, work.task, work.client
         if duration is None:
             clock = c.clock(work.t, env.now, task.index, work.draws.draw(c.id))
@@ -365,16 +379,13 @@ class Protocol:
         # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
         # as the vector engine orders them: protocols/vector.py); an infinite step time never
         # ends: an event that never fires
-        done = env.timeout(duration) if math.isfinite(duration) else env.event()
-        if work.offline is None:
-            yield done
-        else:
-            yield from self._wait(work, done)
+        return fut, (env.timeout(duration) if math.isfinite(duration) else env.event())
+
+    def _computed(self, work: Work) -> None:
         log, i = work.log, work.row
         log.steps[i] = work.unit
-        log.compute_time[i] = duration
+        log.compute_time[i] = work.dur
         log.min_compute[i] = work.unit * work.unit_floor
-        return fut
 
     def guard(self, work: Work, body, on_stop: Optional[Callable] = None, drop: bool = True):
         """Run `body` (a generator of pieces). Going offline (continuous-time availability)
@@ -382,28 +393,31 @@ class Protocol:
         client is recorded as dropped with the reason (unless `drop=False`: work that was no
         participation, such as background training), and `on_stop(client_id, reason)` is
         called. Returns the body's value (None when stopped)."""
-        env = self.env
         try:
             return (yield from body)
         except (simpy.Interrupt, WentOffline) as stop:
-            reason = "offline" if isinstance(stop, WentOffline) else str(stop.cause)
-            if work.transfer is not None:
-                work.transfer.cancel()
-            log, i = work.log, work.row
-            elapsed = env.now - work.t0
-            if work.phase == State.COMPUTING:
-                done = int(math.floor(work.unit * elapsed / work.dur + 1e-9)) if work.dur > 0 else work.unit
-                log.compute_time[i] = elapsed
-                log.steps[i] = done
-                log.min_compute[i] = done * work.unit_floor
-            elif work.phase in (State.DOWNLOADING, State.UPLOADING):
-                log.comm_time[i] += elapsed
-            if drop:
-                log.drop(work.client.id, reason)
-            self.set_state(work.client, State.OFFLINE if reason == "offline" else State.DROPPED, work.t, reason)
-            if on_stop is not None:
-                on_stop(work.client.id, reason)
+            self._stopped(work, stop, on_stop, drop)
             return None
+
+    def _stopped(self, work: Work, stop, on_stop: Optional[Callable], drop: bool) -> None:
+        """What `guard` records when work stops part-way."""
+        reason = "offline" if isinstance(stop, WentOffline) else str(stop.cause)
+        if work.transfer is not None:
+            work.transfer.cancel()
+        log, i = work.log, work.row
+        elapsed = self.env.now - work.t0
+        if work.phase == State.COMPUTING:
+            done = int(math.floor(work.unit * elapsed / work.dur + 1e-9)) if work.dur > 0 else work.unit
+            log.compute_time[i] = elapsed
+            log.steps[i] = done
+            log.min_compute[i] = done * work.unit_floor
+        elif work.phase in (State.DOWNLOADING, State.UPLOADING):
+            log.comm_time[i] += elapsed
+        if drop:
+            log.drop(work.client.id, reason)
+        self.set_state(work.client, State.OFFLINE if reason == "offline" else State.DROPPED, work.t, reason)
+        if on_stop is not None:
+            on_stop(work.client.id, reason)
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
                     on_fail: Optional[Callable] = None, after=None, draws=None, cohort=None, plan=None):
@@ -417,24 +431,39 @@ class Protocol:
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
         down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
-
-        def body():
+        off = work.offline
+        # the pieces (download, compute, upload under `guard`) written out in one generator:
+        # a SimPy resume then passes one frame, not five (the engine's cost per participant)
+        try:
             if after is not None:
                 yield after
-            yield from self.download(work, self.message_numel(task, "down"), down)
+            numel = self.message_numel(task, "down")
+            ev = self._send(work, numel, "down", down)
+            yield ev if off is None else ev | off
+            if not ev.processed:
+                raise WentOffline()
+            self._sent(work, numel, "down")
             if cohort is not None:
                 cohort.append((client.id, steps))
                 self.world.executor.count_jobs(1, steps)
-                yield from self.compute(work, None, steps, dur, unit_floor=floor)
-                up = None
+                fut, ev = self._start_compute(work, None, steps, dur, unit_floor=floor)
             else:
-                fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), steps, dur, unit_floor=floor)
-                up = algo.upload(client.id, t, fut)
-            yield from self.upload(work, self.message_numel(task, "up"), up_s)
+                fut, ev = self._start_compute(work, algo.local_spec(client.id, t, bc), steps, dur, unit_floor=floor)
+            yield ev if off is None else ev | off
+            if not ev.processed:
+                raise WentOffline()
+            self._computed(work)
+            up = None if cohort is not None else algo.upload(client.id, t, fut)
+            numel = self.message_numel(task, "up")
+            ev = self._send(work, numel, "up", up_s)
+            yield ev if off is None else ev | off
+            if not ev.processed:
+                raise WentOffline()
+            self._sent(work, numel, "up")
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)
-
-        yield from self.guard(work, body(), self.on_offline(on_fail))
+        except (simpy.Interrupt, WentOffline) as stop:
+            self._stopped(work, stop, self.on_offline(on_fail), True)
 
     @staticmethod
     def on_offline(on_fail: Optional[Callable]):
