@@ -34,8 +34,8 @@ from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
 from ..client import State
 from ..draws import NO_DRAWS, RoundDraws
-from ..network import Timed
 from .cohort import Cohort
+from .participation import WentOffline
 from .round_plan import round_times
 
 
@@ -49,10 +49,6 @@ def closing_time(env, delay: float):
     ev._ok, ev._value = True, None
     env.schedule(ev, LATE, delay)
     return ev
-
-
-class WentOffline(Exception):
-    """The client's online period ended while it was working."""
 
 
 class Gate:
@@ -79,7 +75,8 @@ class Gate:
         if self.closed:
             return False
         self.arrived.append((client, item))
-        self._check()
+        if len(self.arrived) >= self.need or len(self.arrived) + self.failed >= self.n:
+            self._check()
         return True
 
     def fail(self) -> None:
@@ -109,7 +106,7 @@ class Work:
     """One client's work in one round of one model: which piece it is in and since when (so a
     stop records the partial times), its round's log row, its online watch."""
 
-    __slots__ = ("client", "task", "t", "log", "row", "phase", "t0", "steps", "unit", "unit_floor",
+    __slots__ = ("client", "task", "t", "log", "cells", "row", "phase", "t0", "steps", "unit", "unit_floor",
                  "dur", "transfer", "offline", "buffers", "draws", "_rng")
 
     def __init__(self, client, task, t, log, offline, draws=None):
@@ -117,6 +114,7 @@ class Work:
         self.draws = NO_DRAWS if draws is None else draws   # the round's bulk draws (sim/draws.py)
         self._rng = None
         self.row = log.at(client.id)
+        self.cells = log.cells()            # its columns, cell by cell (recorder.Cells)
         self.phase, self.t0 = State.SELECTED, 0.0
         self.steps = self.unit = 0          # SGD steps planned; what clients.csv `steps` records
         self.unit_floor = 0.0               # lower bound on one recorded step's compute time
@@ -143,6 +141,7 @@ class Protocol:
         self.env = world.env
         self.multicast_sent = False     # this round's multicast broadcast has been counted
         self.multicast = getattr(params, "broadcast", "unicast") == "multicast"
+        self._numel = {}                # (model, direction) -> parameters per message
         sel = getattr(params, "select", None)
         self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
 
@@ -252,8 +251,13 @@ class Protocol:
 
     def message_numel(self, task, direction: str) -> int:
         """Parameters of one message: what the algorithm declares, plus the BatchNorm
-        statistics of models that have them (they travel with the model, as in FedAvg)."""
-        return task.algorithm.message_numel(direction) + task.net.buffer_dim
+        statistics of models that have them (they travel with the model, as in FedAvg).
+        Sizes are declared once (algorithms/base.py): asked once per model and direction."""
+        key = (task.index, direction)
+        n = self._numel.get(key)
+        if n is None:
+            n = self._numel[key] = task.algorithm.message_numel(direction) + task.net.buffer_dim
+        return n
 
     def broadcast(self, task, t: int):
         """The algorithm's broadcast, checked against its declared download size."""
@@ -300,27 +304,27 @@ class Protocol:
         if w.recorder.events is not None:
             self.set_state(work.client, work.phase, work.t)
         if seconds is not None:          # planned for the round (a dedicated link: `plan_round`)
-            work.transfer = Timed(env.timeout(seconds))
-        else:
-            jitter = work.draws.jitter_of(work.client.id, direction)
-            rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
-            work.transfer = w.network.transfer(work.client, w.network.message_bytes(numel, direction),
-                                               direction, jitter, rng)
+            work.transfer = None         # (a timeout: nothing to cancel)
+            return env.timeout(seconds)
+        jitter = work.draws.jitter_of(work.client.id, direction)
+        rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
+        work.transfer = w.network.transfer(work.client, w.network.message_bytes(numel, direction),
+                                           direction, jitter, rng)
         return work.transfer.event
 
     def _sent(self, work: Work, numel: int, direction: str) -> None:
         """Record an arrived transfer: its seconds, bytes and message (a multicast broadcast's
         bytes once per round)."""
         work.transfer = None
-        log, i = work.log, work.row
-        log.comm_time[i] += self.env.now - work.t0
+        cells, i = work.cells, work.row
+        cells.comm_time[i] += self.env.now - work.t0
         if direction == "down" and self.multicast:
             if self.multicast_sent:      # one message reached every recipient: counted once
                 return
             self.multicast_sent = True
         nb = self.world.network.message_bytes(numel, direction)
-        (log.bytes_down if direction == "down" else log.bytes_up)[i] += nb
-        log.messages.append((numel, nb, direction))
+        (cells.bytes_down if direction == "down" else cells.bytes_up)[i] += nb
+        work.log.messages.append((numel, nb, direction))
 
     def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
         ev = self._send(work, numel, direction, seconds)
@@ -382,10 +386,10 @@ class Protocol:
         return fut, (env.timeout(duration) if math.isfinite(duration) else env.event())
 
     def _computed(self, work: Work) -> None:
-        log, i = work.log, work.row
-        log.steps[i] = work.unit
-        log.compute_time[i] = work.dur
-        log.min_compute[i] = work.unit * work.unit_floor
+        cells, i = work.cells, work.row
+        cells.steps[i] = work.unit
+        cells.compute_time[i] = work.dur
+        cells.min_compute[i] = work.unit * work.unit_floor
 
     def guard(self, work: Work, body, on_stop: Optional[Callable] = None, drop: bool = True):
         """Run `body` (a generator of pieces). Going offline (continuous-time availability)
@@ -427,7 +431,8 @@ class Protocol:
         to wait for first (the client's own unfinished background job, FedUMF `wait`).
         `cohort`: a list the round's jobs are collected in instead (protocols/cohort.py): the
         client appends (id, steps) when it starts computing and uploads None. `plan`: its
-        (download, compute, step floor, upload) seconds, planned for the round (`plan_round`)."""
+        (download, compute, step floor, upload) seconds, planned for the round (`plan_round`).
+        A round's participants run it without a SimPy process each (`Participation`)."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
         down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
@@ -464,6 +469,15 @@ class Protocol:
             on_arrival(client.id, up, steps)
         except (simpy.Interrupt, WentOffline) as stop:
             self._stopped(work, stop, self.on_offline(on_fail), True)
+
+    def start_participants(self, parts: list) -> None:
+        """Start a round's participants (`Participation`s: `participate` without a process each)
+        from one urgent event at this instant: they start in order, after what is already due
+        now, as processes created here would (at their Initialize events)."""
+        ev = simpy.events.Event(self.env)
+        ev._ok, ev._value = True, None
+        ev.callbacks.append(lambda _ev: [part.start() for part in parts])
+        self.env.schedule(ev, simpy.events.URGENT)
 
     @staticmethod
     def on_offline(on_fail: Optional[Callable]):

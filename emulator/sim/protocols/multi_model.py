@@ -31,6 +31,7 @@ from ... import gain as G
 from ...registry import Params, register
 from ..client import State
 from .base import Gate, LocalWorkParams, Protocol, closing_time
+from .participation import Participation
 from .rounds import Wait, WaitAll
 
 
@@ -138,19 +139,20 @@ class MultiModel(Protocol):
             self.model_start[task.index] = (t, start)
         gate = Gate(env, len(members))
         bc = self.broadcast(task, t)
-        procs = {}
+        parts = []
         steps = self.local_steps_of(task)
         for cid in members:
             c = w.clients[int(cid)]
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
-            procs[int(cid)] = env.process(self.participate(
+            parts.append(Participation(self.participate(
                 c, task, t, bc, steps(int(cid)), log,
-                lambda cid_, up, st: gate.arrive(cid_, (up, st)), lambda cid_: gate.fail(), draws=draws))
+                lambda cid_, up, st: gate.arrive(cid_, (up, st)), lambda cid_: gate.fail(), draws=draws)))
+        self.start_participants(parts)
         if close is not None:
             yield gate.done | close
         else:
             yield gate.done
-        items = yield from self.close_round(gate, procs.values())
+        items = yield from self.close_round(gate, parts)
         arrivals, agg = self.aggregate(task, t, items, log)
         extra = {"round_time": env.now - start, "model_time": env.now - start, "frame": (t - 1) // self.M + 1,
                  "u": (t - 1) % self.M + 1, "n_clients": len(members), "lr": task.algorithm.lr(t), **agg.round_cols}

@@ -19,6 +19,7 @@ from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
 from .cohort import submit_cohorts
+from .participation import Participation
 from .vector import vector_round
 
 
@@ -134,23 +135,25 @@ class Rounds(Protocol):
         shared = self.cohort_spec(task, t, bc)
         started = None if shared is None else []       # (client, steps) of the round's cohort
         plans = None if background else self.plan_round(task, t, chosen, steps[:len(chosen)], draws)
-        procs = {}
+        parts = []
+        events = w.recorder.events is not None
         arrive = lambda cid_, up, steps: gate.arrive(cid_, (up, steps))     # noqa: E731
         fail = lambda cid_: gate.fail()                                      # noqa: E731
         for i, (cid, k) in enumerate(zip(np.asarray(chosen).tolist(), steps.tolist())):
             c = w.clients[cid]
-            self.set_state(c, State.SELECTED, t)
+            if events:
+                self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
-            procs[cid] = env.process(self.participate(
-                c, task, t, bc, k, log, arrive, fail, after=first,
-                draws=draws, cohort=started, plan=None if plans is None else plans[i]))
+            parts.append(Participation(self.participate(c, task, t, bc, k, log, arrive, fail, after=first, draws=draws,
+                                                        cohort=started, plan=None if plans is None else plans[i])))
+        self.start_participants(parts)
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
             self.background.start(w.clients[cid], task, t, bc, log, draws)
         if wait.mode == "deadline":
             yield gate.done | closing_time(env, wait.seconds)
         else:
             yield gate.done
-        items = yield from self.close_round(gate, procs.values())
+        items = yield from self.close_round(gate, parts)
         self.last_participants = len(items)
         if shared is not None:
             came = {cid for cid, _, _ in items}
