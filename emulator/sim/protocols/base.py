@@ -70,16 +70,17 @@ class Gate:
         if not self.done.triggered and (len(self.arrived) >= self.need or len(self.arrived) + self.failed >= self.n):
             self.done.succeed()
 
-    def arrive(self, client: int, item) -> bool:
-        """Record an arrival; False if the round had already closed."""
+    def arrive(self, client: int, upload, steps: int) -> bool:
+        """Record an arrival (a participant's `on_arrival`); False if the round had already closed."""
         if self.closed:
             return False
-        self.arrived.append((client, item))
+        self.arrived.append((client, upload, steps))
         if len(self.arrived) >= self.need or len(self.arrived) + self.failed >= self.n:
             self._check()
         return True
 
-    def fail(self) -> None:
+    def fail(self, client: Optional[int] = None) -> None:
+        """A participant went offline (its `on_fail`)."""
         self.failed += 1
         self._check()
 
@@ -141,7 +142,7 @@ class Protocol:
         self.env = world.env
         self.multicast_sent = False     # this round's multicast broadcast has been counted
         self.multicast = getattr(params, "broadcast", "unicast") == "multicast"
-        self._numel = {}                # (model, direction) -> parameters per message
+        self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         sel = getattr(params, "select", None)
         self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
 
@@ -212,7 +213,7 @@ class Protocol:
             p.interrupt("late")
         if late:
             yield self.env.timeout(0)
-        return [(cid, up, steps) for cid, (up, steps) in gate.arrived]
+        return list(gate.arrived)
 
     def run_rounds(self, each):
         """Generator: rounds 1, 2, ... until the run stops, waiting before each for a client to be
@@ -251,13 +252,20 @@ class Protocol:
 
     def message_numel(self, task, direction: str) -> int:
         """Parameters of one message: what the algorithm declares, plus the BatchNorm
-        statistics of models that have them (they travel with the model, as in FedAvg).
-        Sizes are declared once (algorithms/base.py): asked once per model and direction."""
-        key = (task.index, direction)
-        n = self._numel.get(key)
-        if n is None:
-            n = self._numel[key] = task.algorithm.message_numel(direction) + task.net.buffer_dim
-        return n
+        statistics of models that have them (they travel with the model, as in FedAvg)."""
+        return self.messages(task)[direction == "up"][0]
+
+    def messages(self, task) -> tuple:
+        """((parameters, bytes) of a download, (parameters, bytes) of an upload) of this model.
+        Sizes are declared once (algorithms/base.py): computed once per model."""
+        m = self._messages.get(task.index)
+        if m is None:
+            m = []
+            for direction in ("down", "up"):
+                numel = task.algorithm.message_numel(direction) + task.net.buffer_dim
+                m.append((numel, self.world.network.message_bytes(numel, direction)))
+            m = self._messages[task.index] = tuple(m)
+        return m
 
     def broadcast(self, task, t: int):
         """The algorithm's broadcast, checked against its declared download size."""
@@ -295,9 +303,9 @@ class Protocol:
         """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
         return RoundDraws(self.world, t, clients, steps)
 
-    def _send(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
-        """Start a transfer of `numel` parameters (taking `seconds` where the round planned
-        it); returns the event of its arrival. `_sent` records it once it has arrived."""
+    def _send(self, work: Work, nbytes: int, direction: str, seconds: Optional[float] = None):
+        """Start a transfer of `nbytes` (taking `seconds` where the round planned it); returns
+        the event of its arrival. `_sent` records it once it has arrived."""
         env, w = self.env, self.world
         work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
         work.t0 = env.now
@@ -308,30 +316,32 @@ class Protocol:
             return env.timeout(seconds)
         jitter = work.draws.jitter_of(work.client.id, direction)
         rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
-        work.transfer = w.network.transfer(work.client, w.network.message_bytes(numel, direction),
-                                           direction, jitter, rng)
+        work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng)
         return work.transfer.event
 
-    def _sent(self, work: Work, numel: int, direction: str) -> None:
-        """Record an arrived transfer: its seconds, bytes and message (a multicast broadcast's
-        bytes once per round)."""
+    def _sent(self, work: Work, numel: int, nbytes: int, direction: str) -> None:
+        """Record an arrived transfer of `numel` parameters in `nbytes`: its seconds, bytes and
+        message (a multicast broadcast's bytes once per round)."""
         work.transfer = None
         cells, i = work.cells, work.row
         cells.comm_time[i] += self.env.now - work.t0
-        if direction == "down" and self.multicast:
-            if self.multicast_sent:      # one message reached every recipient: counted once
-                return
-            self.multicast_sent = True
-        nb = self.world.network.message_bytes(numel, direction)
-        (cells.bytes_down if direction == "down" else cells.bytes_up)[i] += nb
-        work.log.messages.append((numel, nb, direction))
+        if direction == "up":
+            cells.bytes_up[i] += nbytes
+        else:
+            if self.multicast:
+                if self.multicast_sent:  # one message reached every recipient: counted once
+                    return
+                self.multicast_sent = True
+            cells.bytes_down[i] += nbytes
+        work.log.messages.append((numel, nbytes, direction))
 
     def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
-        ev = self._send(work, numel, direction, seconds)
+        nb = self.world.network.message_bytes(numel, direction)
+        ev = self._send(work, nb, direction, seconds)
         yield ev if work.offline is None else ev | work.offline
         if not ev.processed:         # the client went offline first (a Timeout is `triggered` at once)
             raise WentOffline()
-        self._sent(work, numel, direction)
+        self._sent(work, numel, nb, direction)
 
     def download(self, work: Work, numel: int, seconds: Optional[float] = None):
         """Piece: the broadcast of `numel` parameters over the client's link (taking
@@ -424,15 +434,16 @@ class Protocol:
             on_stop(work.client.id, reason)
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort=None, plan=None):
-        """The usual round of a participant, as a SimPy process: download the broadcast,
-        compute `steps` local steps, upload; `on_arrival(client_id, upload, steps)` when the
-        upload lands, `on_fail(client_id)` when the client went offline. `after`: an event
-        to wait for first (the client's own unfinished background job, FedUMF `wait`).
-        `cohort`: a list the round's jobs are collected in instead (protocols/cohort.py): the
-        client appends (id, steps) when it starts computing and uploads None. `plan`: its
-        (download, compute, step floor, upload) seconds, planned for the round (`plan_round`).
-        A round's participants run it without a SimPy process each (`Participation`)."""
+                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort: bool = False, plan=None):
+        """The usual round of a participant, a generator of the events it waits for: download
+        the broadcast, compute `steps` local steps, upload; `on_arrival(client_id, upload,
+        steps)` when the upload lands, `on_fail(client_id)` when the client went offline.
+        `after`: an event to wait for first (the client's own unfinished background job, FedUMF
+        `wait`). `cohort`: the round's cohort holds its job (protocols/cohort.py): the client
+        counts it when it starts computing and uploads None. `plan`: its (download, compute,
+        step floor, upload) seconds, planned for the round (`plan_round`). Run inline by the
+        caller's process (`yield from`, `async`), or without a process (`Participation`: a
+        round's participants)."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
         down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
@@ -442,29 +453,36 @@ class Protocol:
         try:
             if after is not None:
                 yield after
-            numel = self.message_numel(task, "down")
-            ev = self._send(work, numel, "down", down)
-            yield ev if off is None else ev | off
-            if not ev.processed:
-                raise WentOffline()
-            self._sent(work, numel, "down")
-            if cohort is not None:
-                cohort.append((client.id, steps))
+            (numel, nb), (numel_up, nb_up) = self.messages(task)
+            ev = self._send(work, nb, "down", down)
+            if off is None:
+                yield ev
+            else:
+                yield ev | off
+                if not ev.processed:
+                    raise WentOffline()
+            self._sent(work, numel, nb, "down")
+            if cohort:
                 self.world.executor.count_jobs(1, steps)
                 fut, ev = self._start_compute(work, None, steps, dur, unit_floor=floor)
             else:
                 fut, ev = self._start_compute(work, algo.local_spec(client.id, t, bc), steps, dur, unit_floor=floor)
-            yield ev if off is None else ev | off
-            if not ev.processed:
-                raise WentOffline()
+            if off is None:
+                yield ev
+            else:
+                yield ev | off
+                if not ev.processed:
+                    raise WentOffline()
             self._computed(work)
-            up = None if cohort is not None else algo.upload(client.id, t, fut)
-            numel = self.message_numel(task, "up")
-            ev = self._send(work, numel, "up", up_s)
-            yield ev if off is None else ev | off
-            if not ev.processed:
-                raise WentOffline()
-            self._sent(work, numel, "up")
+            up = None if cohort else algo.upload(client.id, t, fut)
+            ev = self._send(work, nb_up, "up", up_s)
+            if off is None:
+                yield ev
+            else:
+                yield ev | off
+                if not ev.processed:
+                    raise WentOffline()
+            self._sent(work, numel_up, nb_up, "up")
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)
         except (simpy.Interrupt, WentOffline) as stop:

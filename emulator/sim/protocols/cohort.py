@@ -1,8 +1,8 @@
 """A round's jobs as cohorts (DESIGN.md section 3), for algorithms whose client side depends on
 no client (`Algorithm.cohort_spec`): the arrivals' jobs are one CohortJob, in arrival order,
-whose rows (each client's own result) the algorithm aggregates (`aggregate_rows`); the
-clients that started computing but did not arrive are a second cohort that nothing reads, so
-it is never computed.
+whose rows (each client's own result) the algorithm aggregates (`aggregate_rows`); the jobs
+of clients that started computing but did not arrive are counted (virtual work) and never
+computed (nothing reads them).
 Both engines of `rounds` use it: the same jobs, counted and computed alike."""
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ class Cohort:
         return len(self.clients)
 
 
-def submit_cohorts(executor, task, t: int, spec, arrived, arrived_steps, late, late_steps,
+def submit_cohorts(executor, task, t: int, spec, arrived, arrived_steps, late_steps=(),
                    counted: bool = False) -> Cohort:
-    """Submit the arrivals' cohort and the late clients' one (if any); returns the arrivals'.
-    `counted`: their jobs were counted as each client started (the process engine)."""
+    """Submit the arrivals' cohort; returns it. `late_steps`: the steps of clients that started
+    computing but did not arrive (their jobs are counted, never submitted). `counted`: every
+    job was counted as its client started computing (the process engine)."""
     arrived = np.asarray(arrived, dtype=np.int64)
     arrived_steps = np.asarray(arrived_steps, dtype=np.int64)
-    if len(late):
-        executor.submit_cohort(CohortJob(task.index, np.asarray(late, dtype=np.int64), t,
-                                         np.asarray(late_steps, dtype=np.int64), spec, task.batch_size), counted)
+    if not counted and len(late_steps):
+        executor.count_jobs(len(late_steps), int(np.sum(late_steps)))
     cohort = Cohort(arrived, arrived_steps)
     if len(arrived):
         cohort.future = executor.submit_cohort(CohortJob(task.index, arrived, t, arrived_steps, spec, task.batch_size),

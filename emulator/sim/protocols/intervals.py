@@ -180,7 +180,7 @@ class Intervals(Protocol):
             if rows is not None:
                 up.meta["n_samples"] = len(rows)
             yield from self.upload(work, self.message_numel(task, "up"))
-            gate.arrive(client.id, (up, tau * spi))
+            gate.arrive(client.id, up, tau * spi)
 
         yield from self.guard(work, body())
 

@@ -146,7 +146,7 @@ class MultiModel(Protocol):
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
             parts.append(Participation(self.participate(
                 c, task, t, bc, steps(int(cid)), log,
-                lambda cid_, up, st: gate.arrive(cid_, (up, st)), lambda cid_: gate.fail(), draws=draws)))
+                gate.arrive, gate.fail, draws=draws)))
         self.start_participants(parts)
         if close is not None:
             yield gate.done | close

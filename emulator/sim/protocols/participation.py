@@ -22,10 +22,11 @@ class Participation:
     """Drives one `participate` generator; `is_alive` and `interrupt(cause)` as a SimPy process
     has them (`Protocol.close_round` stops the late ones)."""
 
-    __slots__ = ("gen", "is_alive")
+    __slots__ = ("send", "throw", "resume", "is_alive")
 
     def __init__(self, gen):
-        self.gen = gen
+        self.send, self.throw = gen.send, gen.throw
+        self.resume = self._resume           # (one bound method, appended to each event it waits on)
         self.is_alive = True
 
     def start(self) -> None:
@@ -34,17 +35,16 @@ class Participation:
     def _resume(self, _event) -> None:
         """Run the generator up to its next wait on an event not yet processed (as SimPy's
         `Process._resume`: one that is already processed is gone past at once)."""
-        if not self.is_alive:                # stopped meanwhile (the round closed)
-            return
-        send = self.gen.send
-        try:
-            ev = send(None)
-            while ev.callbacks is None:
+        if self.is_alive:                    # (else stopped meanwhile: the round closed)
+            send = self.send
+            try:
                 ev = send(None)
-        except StopIteration:
-            self.is_alive = False
-            return
-        ev.callbacks.append(self._resume)
+                while ev.callbacks is None:
+                    ev = send(None)
+            except StopIteration:
+                self.is_alive = False
+                return
+            ev.callbacks.append(self.resume)
 
     def interrupt(self, cause) -> None:
         """Stop it now: `simpy.Interrupt(cause)` is raised where it waits, so it records its
@@ -53,7 +53,7 @@ class Participation:
             return
         self.is_alive = False
         try:
-            self.gen.throw(simpy.Interrupt(cause))
+            self.throw(simpy.Interrupt(cause))
         except StopIteration:
             return
         raise RuntimeError("a participation went on waiting after it was interrupted")

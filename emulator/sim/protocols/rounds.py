@@ -121,9 +121,13 @@ class Rounds(Protocol):
             algo.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
         self.multicast_sent = False
-        picked = set(int(c) for c in chosen)
-        unselected = [int(c) for c in avail if int(c) not in picked] if background else []
-        workers = [int(c) for c in chosen] + unselected
+        ids = np.asarray(chosen).tolist()
+        if background:
+            picked = set(ids)
+            unselected = [c for c in np.asarray(avail).tolist() if c not in picked]
+        else:
+            unselected = []
+        workers = ids + unselected
         steps = self.steps_of(workers, task)
         draws = self.round_draws(t, workers, steps)
         if self.engine == "vector":
@@ -133,19 +137,16 @@ class Rounds(Protocol):
             self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
             return
         shared = self.cohort_spec(task, t, bc)
-        started = None if shared is None else []       # (client, steps) of the round's cohort
         plans = None if background else self.plan_round(task, t, chosen, steps[:len(chosen)], draws)
         parts = []
         events = w.recorder.events is not None
-        arrive = lambda cid_, up, steps: gate.arrive(cid_, (up, steps))     # noqa: E731
-        fail = lambda cid_: gate.fail()                                      # noqa: E731
-        for i, (cid, k) in enumerate(zip(np.asarray(chosen).tolist(), steps.tolist())):
+        for cid, k, plan in zip(ids, steps.tolist(), [None] * len(ids) if plans is None else plans):
             c = w.clients[cid]
             if events:
                 self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
-            parts.append(Participation(self.participate(c, task, t, bc, k, log, arrive, fail, after=first, draws=draws,
-                                                        cohort=started, plan=None if plans is None else plans[i])))
+            parts.append(Participation(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
+                                                        draws=draws, cohort=shared is not None, plan=plan)))
         self.start_participants(parts)
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
             self.background.start(w.clients[cid], task, t, bc, log, draws)
@@ -155,11 +156,9 @@ class Rounds(Protocol):
             yield gate.done
         items = yield from self.close_round(gate, parts)
         self.last_participants = len(items)
-        if shared is not None:
-            came = {cid for cid, _, _ in items}
-            late = [(cid, k) for cid, k in started if cid not in came]
-            items = submit_cohorts(w.executor, task, t, shared, [cid for cid, _, _ in items], [k for _, _, k in items],
-                                   [cid for cid, _ in late], [k for _, k in late], counted=True)
+        if shared is not None:           # the arrivals' cohort (late clients' jobs were counted as they started)
+            came, _, came_steps = zip(*items) if items else ((), (), ())
+            items = submit_cohorts(w.executor, task, t, shared, came, came_steps, counted=True)
         if background:                   # clients.csv `trained`: participants that computed too
             for cid in chosen:
                 if log.steps[cid] > 0:

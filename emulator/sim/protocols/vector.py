@@ -69,10 +69,10 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     order = order[arrived[order]]
     shared = proto.cohort_spec(task, t, bc)
     if shared is not None:
-        # one job for the round's arrivals (in arrival order), one for the clients that
-        # started computing but did not arrive (never read: never computed)
+        # one job for the round's arrivals (in arrival order); the clients that started
+        # computing but did not arrive are counted (never read: never computed)
         late = (a1 <= T) & ~arrived
-        cohort = submit_cohorts(w.executor, task, t, shared, ids[order], steps[order], ids[late], steps[late])
+        cohort = submit_cohorts(w.executor, task, t, shared, ids[order], steps[order], steps[late])
     else:
         # jobs and uploads, in selection order (the process engine submits a job when its client
         # starts computing and asks the algorithm for the upload when it finishes)
