@@ -208,7 +208,22 @@ def p1(quick: bool, peers: dict) -> dict:
         "final parameters, flemu vs the bare loop: rel diff "
         + ", ".join(f"{n} {out[f'bare_vs_flemu_{n}_param_rel_diff']:.1e}" for n in finals))
     fl = out["flemu_auto"]["s_per_round"]
-    out["flemu_over_floor"] = goal("flemu (auto) / floor (c)", fl / (tc / rounds), "<=", 1.10)
+    log(f"  flemu (auto) / floor (c), the phases above: {fl / (tc / rounds):.3f}")
+    out["flemu_over_floor_phases"] = fl / (tc / rounds)
+    # the goal's ratio from back-to-back pairs: this machine's speed drifts by tens of % over
+    # the minutes between the phases above (flemu timed again after the peers moved 0.93 ->
+    # 1.00 in one sitting), so each pair times flemu's rounds and the floor on the same rounds
+    pairs = []
+    for _ in range(1 if quick else 3):
+        world, _ = build_world(w1_scenario(1 + (3 if quick else 6), "auto"))
+        run_world(world)
+        steps = timed_rounds(world)
+        _, rp, _ = w1_replay(world)
+        tf = flop_floor(td, rp[1:], w0)
+        pairs.append(float(np.median(steps)) / (tf / len(steps)))
+    out["flemu_over_floor_pairs"] = pairs
+    log("  flemu (auto) / floor (c), back-to-back pairs: " + ", ".join(f"{r:.3f}" for r in pairs))
+    out["flemu_over_floor"] = goal("flemu (auto) / floor (c), median pair", float(np.median(pairs)), "<=", 1.10)
     out["flemu_over_bare"] = {"ratio": fl / (ta_t / rounds), "goal": None}
     log(f"  flemu / bare loop (a): {fl / (ta_t / rounds):.3f}  (no goal)")
     peer = p1_peer(td, replay, sizes, w0, wa, fl, out["flemu_auto"]["setup_s"], peers)
