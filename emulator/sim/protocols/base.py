@@ -455,33 +455,24 @@ class Protocol:
                 yield after
             (numel, nb), (numel_up, nb_up) = self.messages(task)
             ev = self._send(work, nb, "down", down)
-            if off is None:
-                yield ev
-            else:
-                yield ev | off
-                if not ev.processed:
-                    raise WentOffline()
+            yield ev if off is None else ev | off
+            if not ev.processed:             # the online period ended first
+                raise WentOffline()
             self._sent(work, numel, nb, "down")
             if cohort:
                 self.world.executor.count_jobs(1, steps)
                 fut, ev = self._start_compute(work, None, steps, dur, unit_floor=floor)
             else:
                 fut, ev = self._start_compute(work, algo.local_spec(client.id, t, bc), steps, dur, unit_floor=floor)
-            if off is None:
-                yield ev
-            else:
-                yield ev | off
-                if not ev.processed:
-                    raise WentOffline()
+            yield ev if off is None else ev | off
+            if not ev.processed:             # the online period ended first
+                raise WentOffline()
             self._computed(work)
             up = None if cohort else algo.upload(client.id, t, fut)
             ev = self._send(work, nb_up, "up", up_s)
-            if off is None:
-                yield ev
-            else:
-                yield ev | off
-                if not ev.processed:
-                    raise WentOffline()
+            yield ev if off is None else ev | off
+            if not ev.processed:             # the online period ended first
+                raise WentOffline()
             self._sent(work, numel_up, nb_up, "up")
             self.set_state(client, State.DONE, t)
             on_arrival(client.id, up, steps)
