@@ -107,7 +107,7 @@ class Work:
     """One client's work in one round of one model: which piece it is in and since when (so a
     stop records the partial times), its round's log row, its online watch."""
 
-    __slots__ = ("client", "task", "t", "log", "cells", "row", "phase", "t0", "steps", "unit", "unit_floor",
+    __slots__ = ("client", "task", "t", "log", "cells", "row", "phase", "t0", "unit", "unit_floor",
                  "dur", "transfer", "offline", "buffers", "draws", "_rng")
 
     def __init__(self, client, task, t, log, offline, draws=None):
@@ -117,7 +117,7 @@ class Work:
         self.row = log.at(client.id)
         self.cells = log.cells()            # its columns, cell by cell (recorder.Cells)
         self.phase, self.t0 = State.SELECTED, 0.0
-        self.steps = self.unit = 0          # SGD steps planned; what clients.csv `steps` records
+        self.unit = 0                       # what clients.csv `steps` records (SGD steps, or T-SFL's tau)
         self.unit_floor = 0.0               # lower bound on one recorded step's compute time
         self.dur = 0.0
         self.transfer = None
@@ -385,7 +385,6 @@ class Protocol:
         # spec None: the round's cohort holds this client's job (protocols/cohort.py)
         fut = None if spec is None else self.submit_job(task, c.id, work.t, steps, spec, work.buffers, rows)
         work.phase, work.t0, work.dur = State.COMPUTING, env.now, duration
-        work.steps = steps
         work.unit = steps if record_steps is None else record_steps
         work.unit_floor = unit_floor or 0.0
         if self.world.recorder.events is not None:

@@ -24,8 +24,8 @@ class Cohort:
         return len(self.clients)
 
 
-def submit_cohorts(executor, task, t: int, spec, arrived, arrived_steps, late_steps=(),
-                   counted: bool = False) -> Cohort:
+def submit_cohort(executor, task, t: int, spec, arrived, arrived_steps, late_steps=(),
+                  counted: bool = False) -> Cohort:
     """Submit the arrivals' cohort; returns it. `late_steps`: the steps of clients that started
     computing but did not arrive (their jobs are counted, never submitted). `counted`: every
     job was counted as its client started computing (the process engine)."""

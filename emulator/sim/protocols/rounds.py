@@ -18,7 +18,7 @@ from ...registry import Params, register
 from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
-from .cohort import submit_cohorts
+from .cohort import submit_cohort
 from .participation import Participation
 from .vector import vector_round
 
@@ -158,7 +158,7 @@ class Rounds(Protocol):
         self.last_participants = len(items)
         if shared is not None:           # the arrivals' cohort (late clients' jobs were counted as they started)
             came, _, came_steps = zip(*items) if items else ((), (), ())
-            items = submit_cohorts(w.executor, task, t, shared, came, came_steps, counted=True)
+            items = submit_cohort(w.executor, task, t, shared, came, came_steps, counted=True)
         if background:                   # clients.csv `trained`: participants that computed too
             for cid in chosen:
                 if log.steps[cid] > 0:

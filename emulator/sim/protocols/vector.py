@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .cohort import submit_cohorts
+from .cohort import submit_cohort
 from .round_plan import round_times
 
 
@@ -41,8 +41,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     t0 = env.now
     ids = np.asarray(chosen, dtype=np.int64)
     n = len(ids)
-    nd, nu = proto.message_numel(task, "down"), proto.message_numel(task, "up")
-    bd, bu = w.network.message_bytes(nd, "down"), w.network.message_bytes(nu, "up")
+    (nd, bd), (nu, bu) = proto.messages(task)
     steps = np.asarray(steps, dtype=np.int64)
     d, dur, floor, u = round_times(proto, task, t, ids, steps, draws)
     a1 = t0 + d
@@ -72,7 +71,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
         # one job for the round's arrivals (in arrival order); the clients that started
         # computing but did not arrive are counted (never read: never computed)
         late = (a1 <= T) & ~arrived
-        cohort = submit_cohorts(w.executor, task, t, shared, ids[order], steps[order], steps[late])
+        cohort = submit_cohort(w.executor, task, t, shared, ids[order], steps[order], steps[late])
     else:
         # jobs and uploads, in selection order (the process engine submits a job when its client
         # starts computing and asks the algorithm for the upload when it finishes)
@@ -114,7 +113,6 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     if shared is not None:
         return cohort
     return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
-
 
 
 def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor, bd, bu, nd, nu):
