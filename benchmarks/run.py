@@ -263,6 +263,8 @@ def p1(quick: bool, peers: dict) -> dict:
     for k in ("flemu_over_floor", "flemu_over_bare_workers", "bare_workers_over_floor"):
         v = inter[k]
         log(f"    {k}, per-round ratio quartiles: {v['q25']:.3f} / {v['median']:.3f} / {v['q75']:.3f}")
+    log(f"    (b) against (a) after one round from the same vector: rel diff "
+        f"{inter['bare_workers_vs_bare_loop_round1_rel_diff']:.1e}")
     out["flemu_over_floor"] = goal("flemu (auto) / floor (c), median of per-round pairs",
                                    inter["flemu_over_floor"]["median"], "<=", 1.10)
     out["flemu_over_bare"] = {"ratio": fl / (ta_t / rounds), "goal": None}
@@ -301,9 +303,14 @@ def interleaved_floor(td, replay, sizes, w0, rounds: int) -> dict:
     flo = np.array([floors[t[i]] for i in range(2, len(t))])
     bar = np.array([bares[t[i]] for i in range(2, len(t))])
 
+    # (b) trains what (a) trains: one round both ways, from the same vector
+    wb = bare_workers(td, replay[0], sizes, w0, models)[1]
+    wa = bare_loop(td, replay[:1], sizes, w0)[1]
+
     def q(r):
         return {"median": float(np.median(r)), "q25": float(np.quantile(r, 0.25)), "q75": float(np.quantile(r, 0.75))}
-    return {"flemu_s_per_round": float(np.median(fle)), "floor_s_per_round": float(np.median(flo)),
+    return {"bare_workers_vs_bare_loop_round1_rel_diff": float((wb - wa).norm() / wa.norm()),
+            "flemu_s_per_round": float(np.median(fle)), "floor_s_per_round": float(np.median(flo)),
             "bare_workers_s_per_round": float(np.median(bar)),
             "flemu_over_floor": q(fle / flo), "flemu_over_bare_workers": q(fle / bar), "bare_workers_over_floor": q(bar / flo),
             "flemu_s": fle.round(4).tolist(), "floor_s": flo.round(4).tolist(), "bare_workers_s": bar.round(4).tolist()}
