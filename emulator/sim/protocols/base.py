@@ -75,8 +75,7 @@ class Gate:
         if self.closed:
             return False
         self.arrived.append((client, upload, steps))
-        if len(self.arrived) >= self.need or len(self.arrived) + self.failed >= self.n:
-            self._check()
+        self._check()
         return True
 
     def fail(self, client: Optional[int] = None) -> None:
