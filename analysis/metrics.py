@@ -326,9 +326,9 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
     for key, g in pr.groupby(by, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
-        ok = g[g["status"].isin(["complete", "diverged", "stalled"])]
+        ok = g[g["status"].isin(["complete", "diverged", "stalled", "stopped"])]
         row["runs"] = len(g)
-        row["failed"] = int((~g["status"].isin(["complete", "diverged", "stalled"])).sum())
+        row["failed"] = int((~g["status"].isin(["complete", "diverged", "stalled", "stopped"])).sum())
         if "time_to_target" in g:
             row["reached"] = int(ok["time_to_target"].notna().sum())
         for k in COMPARE_METRICS:

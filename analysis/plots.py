@@ -200,7 +200,7 @@ def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None):
     hue_, col = roles(study, hue, None)
     x = x or col
     pr = per_run if per_run is not None else run_metrics(study, target=target)
-    pr = pr[pr["status"].isin(["complete", "diverged", "stalled"])].copy()
+    pr = pr[pr["status"].isin(["complete", "diverged", "stalled", "stopped"])].copy()
     series = _series(study, hue_, x)
     pr["_hue"] = pr["run"].map(series)
     if x is None:
@@ -359,7 +359,7 @@ def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None):
     target = target if target is not None else study.target
     hue_, _ = roles(study, hue, x)
     pr = per_run if per_run is not None else run_metrics(study, target=target)
-    pr = pr[pr["status"].isin(["complete", "diverged", "stalled"])].copy()
+    pr = pr[pr["status"].isin(["complete", "diverged", "stalled", "stopped"])].copy()
     pr["_hue"] = pr["run"].map(_series(study, hue_, x))
     pr[x] = pd.to_numeric(pr[x], errors="coerce")
     sns.set_theme(style="whitegrid")

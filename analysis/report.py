@@ -155,7 +155,7 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     keys = (study.axes if study.axes else ["condition"])
     table = comparison_table(cmp, keys)
     figs = _figures(study, fig_dir, target, per_run)
-    failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled"])]
+    failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled", "stopped"])]
     first = next(iter(study.runs.values()), None)
     title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
     facts = _facts(study, target, budget)

@@ -27,12 +27,17 @@ def _fail(err) -> None:
     raise typer.Exit(code=2)
 
 
+def _plugin_option():
+    return typer.Option([], "--plugin", help="a .py file or module that registers your own components (repeatable)")
+
+
 @app.command()
 def run(file: Path = typer.Argument(..., help="scenario YAML"),
         set_: List[str] = typer.Option([], "--set", help="override a field: path=value (repeatable)"),
         out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default: output.dir)"),
         seed: Optional[int] = typer.Option(None, "--seed", help="override the seed"),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        plugin: List[str] = _plugin_option()):
     """Run a scenario and write its run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -41,7 +46,7 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     from .runner import run as run_scenario
 
     try:
-        sc = sc_mod.load(file, set_, seed)
+        sc = sc_mod.load(file, set_, seed, plugins=plugin)
     except ScenarioError as e:
         _fail(e)
     total = sc.run.rounds
@@ -77,13 +82,14 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
 @app.command()
 def validate(file: Path = typer.Argument(..., help="scenario YAML"),
              set_: List[str] = typer.Option([], "--set", help="override a field: path=value"),
-             show: bool = typer.Option(False, "--show", help="print the resolved scenario")):
+             show: bool = typer.Option(False, "--show", help="print the resolved scenario"),
+             plugin: List[str] = _plugin_option()):
     """Check a scenario without running it."""
     from . import scenario as sc_mod
     from .errors import ScenarioError
 
     try:
-        sc = sc_mod.load(file, set_)
+        sc = sc_mod.load(file, set_, plugins=plugin)
     except ScenarioError as e:
         _fail(e)
     if show:
@@ -91,41 +97,41 @@ def validate(file: Path = typer.Argument(..., help="scenario YAML"),
     out.print(f"{file}: valid", highlight=False)
 
 
-def _param_text(model) -> str:
-    parts = []
-    for name, f in model.model_fields.items():
-        if name in ("name", "model"):
-            continue
-        d = "required" if f.is_required() else f"={f.get_default(call_default_factory=False)!r}" \
-            if f.default_factory is None else "=default"
-        parts.append(f"{name}{'' if d == 'required' else d}{' (required)' if d == 'required' else ''}")
-    return ", ".join(parts) or "-"
-
-
 @app.command("list")
 def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets | partitions | models | "
-                                                         "protocols | devices | executors | selection")):
-    """List registered components with a one-line description and their parameters."""
-    from . import registry
+                                                         "protocols | devices | executors | selection | callbacks"),
+          name: Optional[str] = typer.Argument(None, help="one component: every parameter in full"),
+          plugin: List[str] = _plugin_option()):
+    """List registered components (yours included) with a one-line description and their
+    parameters; `flemu list KIND NAME` shows one component in full."""
+    from . import listing, plugins, registry
+    from .errors import ScenarioError
 
-    groups = {"algorithms": ["algorithm"], "datasets": ["dataset"], "partitions": ["partition"],
-              "models": ["model"], "protocols": ["protocol"], "executors": ["executor"],
-              "selection": ["selection"],
-              "devices": ["compute", "availability", "network", "selection"]}
+    try:
+        plugins.load(plugin, None, "--plugin")
+    except ScenarioError as e:
+        _fail(e)
     if what is None:
         kinds = list(registry.KINDS)
     else:
-        key = what if what in groups else what + "s"
-        if key not in groups:
-            _fail(f"unknown list {what!r}; one of: {', '.join(groups)}")
-        kinds = groups[key]
+        kinds = listing.kinds_of(what)
+        if kinds is None:
+            _fail(f"unknown list {what!r}; one of: {', '.join(listing.GROUPS)}")
+    if name is not None:
+        found = [k for k in kinds if name in registry.table(k)]
+        if not found:
+            known = sorted({n for k in kinds for n in registry.table(k)})
+            _fail(f"unknown {what} {name!r}; known: {', '.join(known)}{listing.closest(name, known)}")
+        for kind in found:
+            listing.show_one(out, registry.get(kind, name))
+        return
     for kind in kinds:
         t = Table(title=registry.KINDS[kind], title_justify="left", show_lines=False)
         t.add_column("name", style="bold")
         t.add_column("description")
         t.add_column("parameters")
-        for name, e in sorted(registry.table(kind).items()):
-            t.add_row(name, e.description, _param_text(e.params))
+        for n, e in sorted(registry.table(kind).items()):
+            t.add_row(n + ("" if e.origin == "built-in" else " (plugin)"), e.description, listing.param_text(e.params))
         out.print(t)
 
 
@@ -211,7 +217,8 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
           retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
           rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),
-          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+          plugin: List[str] = _plugin_option()):
     """Run a sweep (variants x grid x seeds) into one folder with an index (sweep.csv).
     Re-running it resumes: finished runs are skipped, failed ones are retried."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -226,7 +233,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
         res_over["num_gpus"] = gpus
     try:
         spec = sw.load_spec(file, grid=grid, sets=set_, seeds=_yaml_value(seeds) if seeds is not None else None,
-                            out=out_dir)
+                            out=out_dir, plugins=plugin)
         if dry_run:
             res = sw.run_sweep(spec, backend=backend, workers=workers, threads=threads, dry_run=True)
             t = Table(title=f"sweep {spec.name}: {len(res.index)} runs in {spec.dir}", title_justify="left")
@@ -256,7 +263,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
     except FlemuError as e:
         _fail(e)
     c = res.counts
-    parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "failed", "pending") if c.get(k)]
+    parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "stopped", "failed", "pending") if c.get(k)]
     out.print(f"sweep {spec.name}: {len(res.index)} runs: {', '.join(parts)} "
               f"({c['ran']} run now, {c['skipped']} already finished)", highlight=False)
     out.print(f"sweep folder: {res.dir} (index: {res.dir / 'sweep.csv'})", highlight=False)

@@ -6,3 +6,4 @@ from .compute import batched, executor  # noqa: F401
 from .sim.protocols import asynchronous, intervals, multi_model, rounds  # noqa: F401
 from .workloads import datasets, models, partitions  # noqa: F401
 from .algorithms import fedumf  # noqa: F401
+from . import callbacks  # noqa: F401  run callbacks: mlflow, tensorboard

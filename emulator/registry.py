@@ -4,11 +4,16 @@ A component is registered with its name, a pydantic model of its parameters (who
 descriptions `flemu list` and the README reuse), a one-line description and a factory.
 The scenario schema is built from these tables, so a registered name is valid in a
 scenario, listed by `flemu list`, and suggested in "unknown name" errors.
+
+Every registration bumps `generation()`: whatever is built from the tables (the scenario
+schema) is keyed by it, so a component registered late (a plugin imported after a schema
+was built) is seen at the next validation. Where a component came from (`Entry.origin`:
+"built-in", or the plugin that registered it) is recorded for `flemu list`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Optional, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +31,7 @@ class Entry:
     params: Type[BaseModel]
     factory: Optional[Callable[..., Any]]
     description: str
+    origin: str = "built-in"
 
 
 KINDS = {
@@ -39,24 +45,49 @@ KINDS = {
     "network": "network link models (clients.groups[].network.model)",
     "selection": "server-side selection (protocol.select.model)",
     "executor": "executors (executor.name)",
+    "callback": "run callbacks (callbacks[].name)",
 }
 
 _TABLES: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+_generation = 0
+_origin = "built-in"          # set by plugins.py while a plugin is being imported
+
+F = TypeVar("F")
 
 
-def register(kind: str, name: str, params: Type[BaseModel], description: str,
-             factory: Optional[Callable[..., Any]] = None):
-    """Register a component. Usable as a decorator on the factory."""
+def _first_line(obj) -> str:
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    return doc.splitlines()[0].strip() if doc else ""
+
+
+def register(kind: str, name: str, params: Optional[Type[BaseModel]] = None, description: Optional[str] = None,
+             factory: Optional[Callable[..., Any]] = None) -> Any:
+    """Register a component of `kind` under `name`.
+
+    `params` is its pydantic parameter model (default: no parameters), `description` one
+    line for `flemu list` (default: the first line of the factory's docstring). Given a
+    `factory`, it is registered and returned; without one, `register` is a decorator for a
+    class (an `Algorithm` subclass, a device model) or a function (a dataset or model
+    factory), which it returns unchanged."""
     if kind not in _TABLES:
-        raise KeyError(f"unknown registry kind {kind!r}")
+        raise KeyError(f"unknown registry kind {kind!r}; one of: {', '.join(KINDS)}")
 
-    def deco(f):
-        _TABLES[kind][name] = Entry(kind, name, params, f, description)
+    def deco(f: F) -> F:
+        global _generation
+        _TABLES[kind][name] = Entry(kind, name, params if params is not None else Params, f,
+                                    description if description is not None else _first_line(f), _origin)
+        _generation += 1
         return f
 
     if factory is not None:
         return deco(factory)
     return deco
+
+
+def generation() -> int:
+    """A counter bumped by every registration (caches built from the tables key on it)."""
+    load_all()
+    return _generation
 
 
 def table(kind: str) -> dict[str, Entry]:
@@ -72,9 +103,12 @@ _loaded = False
 
 
 def load_all() -> None:
-    """Import every module that registers components (once)."""
+    """Import every module that registers components, then the installed plugins (the
+    `flemu.plugins` entry-point group), once."""
     global _loaded
     if _loaded:
         return
     _loaded = True
     from . import components  # noqa: F401  (imports register everything)
+    from .plugins import load_entry_points
+    load_entry_points()

@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,30 +32,43 @@ class RunResult:
 
 
 def run(source, overrides=(), seed: Optional[int] = None, out=None,
-        progress: Optional[Callable[[dict], None]] = None) -> RunResult:
+        progress: Optional[Callable[[dict], None]] = None, callbacks: Sequence = (),
+        plugins: Sequence[str] = ()) -> RunResult:
     """Run a scenario (path, YAML text, dict or Scenario); return its run directory,
-    metrics (pandas) and summary."""
-    sc = scenario.load(source, overrides, seed)
+    metrics (pandas) and summary. `callbacks`: Callback instances, after the scenario's own
+    (`callbacks:`); `plugins`: files or modules imported before validation (recorded in
+    config.yaml with the scenario's `plugins:`)."""
+    from . import callbacks as cbs
+    sc = scenario.load(source, overrides, seed, plugins=plugins)
     out_dir = Path(out) if out is not None else Path(sc.output.dir or f"runs/{sc.name}")
     sc.output.dir = str(out_dir)
     t0 = time.perf_counter()
-    world = World(sc, progress=progress)
-    build_s = time.perf_counter() - t0
-    world.run()
-    metrics = world.recorder.metrics_frame()
-    delays, last_aggregated = add_delay_metrics(world, metrics)
-    account_energy(world)
-    clients = world.recorder.clients_frame()
-    checks = invariants.check(world, metrics, clients)
-    summary = summarize(world, metrics, clients, build_s, checks)
-    summary["delay"] = delays
-    summary.update(energy_summary(world, clients))
-    summary.update(world.protocol.summary())
-    for task in world.tasks:
-        extra = task.algorithm.summary()
-        if extra:
-            summary.update(extra) if len(world.tasks) == 1 else summary["models"][task.index].update(extra)
-    write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated)
+    hooks = cbs.Hooks(sc, [*cbs.from_scenario(sc), *callbacks], out_dir, progress)
+    try:
+        world = World(sc, progress=hooks.on_row)
+        build_s = time.perf_counter() - t0
+        hooks.start(world)
+        world.run()
+        metrics = world.recorder.metrics_frame()
+        delays, last_aggregated = add_delay_metrics(world, metrics)
+        account_energy(world)
+        clients = world.recorder.clients_frame()
+        checks = invariants.check(world, metrics, clients)
+        summary = summarize(world, metrics, clients, build_s, checks)
+        summary["delay"] = delays
+        summary.update(energy_summary(world, clients))
+        summary.update(world.protocol.summary())
+        for task in world.tasks:
+            extra = task.algorithm.summary()
+            if extra:
+                summary.update(extra) if len(world.tasks) == 1 else summary["models"][task.index].update(extra)
+        if sc.plugins:
+            from .plugins import describe
+            summary["plugins"] = describe(sc.plugins)
+        hooks.end(summary)
+        write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated, extra=hooks.files())
+    finally:
+        hooks.cleanup()
     return RunResult(out_dir, metrics, summary)
 
 
@@ -186,7 +199,10 @@ def _json_default(o):
     return str(o)
 
 
-def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggregated=None) -> None:
+def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggregated=None,
+                  extra: Optional[Path] = None) -> None:
+    """The run directory, written under a temporary name and renamed; `extra`: a folder of
+    files the run's callbacks wrote (checkpoints/, tensorboard/), moved in with it."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
@@ -204,6 +220,8 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
             np.save(tmp / f"model{suffix}.npy", params.detach().cpu().float().numpy())
             if buffers is not None:     # BatchNorm running statistics (compute/flat.py order)
                 np.save(tmp / f"buffers{suffix}.npy", buffers.detach().cpu().float().numpy())
+        for f in (sorted(Path(extra).iterdir()) if extra is not None else ()):
+            f.rename(tmp / f.name)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))
         old = None
         if out_dir.exists():

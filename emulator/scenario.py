@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import difflib
-import functools
 import re
 import typing
 from pathlib import Path
@@ -74,8 +73,7 @@ def tagged(kind: str):
 
 def member(kind: str, name: str, **kw):
     """An instance of a registered component's params, validated (defaults filled in)."""
-    if f"{kind}:{name}" not in _TAGGED:
-        schema()
+    schema()                       # (re)built if the registry changed since
     return _TAGGED[f"{kind}:{name}"].model_validate(kw)
 
 
@@ -87,10 +85,25 @@ def _batch_size(v):
     return v
 
 
-@functools.lru_cache(maxsize=None)
+_SCHEMA: dict = {}      # registry generation -> Scenario model
+
+
 def schema() -> type:
-    """Build (once) the Scenario model from the registries."""
-    registry.load_all()
+    """The Scenario model built from the registries, rebuilt whenever they changed (a
+    component registered after a schema was built is valid at the next call)."""
+    g = registry.generation()
+    S = _SCHEMA.get(g)
+    if S is None:
+        _SCHEMA.clear()
+        S = _SCHEMA[g] = _build_schema()
+        S.__known_names__ = {k: sorted(registry.table(k)) for k in registry.KINDS}
+    return S
+
+
+schema.cache_clear = _SCHEMA.clear     # type: ignore[attr-defined]  (the old lru_cache's call)
+
+
+def _build_schema() -> type:
     ns = {f"{k.title()}Spec": None for k in registry.KINDS}
     # unions first for device models and selection (protocol params reference them)
     for kind in ("compute", "availability", "network", "selection"):
@@ -189,6 +202,8 @@ def schema() -> type:
         algorithm: T["AlgorithmSpec"] = Field(description="algorithm block; `name` one of the registered algorithms")
         run: Run
         executor: T["ExecutorSpec"] = Field(default_factory=lambda: member("executor", "sequential"), description="executor block")
+        plugins: Optional[list[str]] = Field(None, description="Python files (relative to this file) or modules imported before validation: they register your own components (recorded with absolute paths)")
+        callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")
         network: NetworkSettings = Field(default_factory=NetworkSettings)
         output: Output = Field(default_factory=Output)
 
@@ -305,9 +320,10 @@ def read_yaml(path) -> dict:
     return raw
 
 
-def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
-    """Scenario from a path, a YAML string with a newline, a dict, or a Scenario."""
-    S = schema()
+def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugins=()):
+    """Scenario from a path, a YAML string with a newline, a dict, or a Scenario. Its
+    `plugins` (relative to the scenario's folder) and the extra `plugins` (command line:
+    relative to the working directory) are imported first and recorded resolved."""
     if isinstance(source, BaseModel):
         raw = dump(source)
         src = None
@@ -332,6 +348,8 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
         raise
     if seed is not None:
         raw["seed"] = int(seed)
+    _load_plugins(raw, plugins, base_dir, src)
+    S = schema()
     try:
         sc = S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None})
     except ValidationError as e:
@@ -340,6 +358,19 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
     if problems:
         raise ScenarioError(problems, source=src)
     return sc
+
+
+def _load_plugins(raw: dict, extra, base_dir, src) -> None:
+    """Import the scenario's plugins and the extra ones; record them resolved in `raw`."""
+    from . import plugins as pl
+    given = raw.get("plugins")
+    if given is not None and not isinstance(given, list):
+        raise ScenarioError([("plugins", f"a list of .py files or module names, got {_short(given)}")], source=src)
+    found = pl.load(given or [], base_dir, "plugins", src)
+    for spec in extra or ():
+        found = pl.merge(found, pl.load([spec], None, f"--plugin {spec}", src))
+    if found:
+        raw["plugins"] = found
 
 
 def algorithm_for(sc, index: int):
@@ -522,7 +553,7 @@ def explain(err: ValidationError, raw, S) -> list:
         elif typ == "union_tag_invalid":
             tag = str(ctx.get("tag", ""))
             kind, _, name = tag.partition(":")
-            known = sorted(registry.table(kind)) if kind in registry.KINDS else []
+            known = _known(S, kind)
             key = _tag_key(kind)
             problems.append((f"{path}.{key}" if path else key,
                              f"unknown {registry.KINDS.get(kind, kind).split(' (')[0][:-1] if kind in registry.KINDS else 'name'} "
@@ -532,7 +563,7 @@ def explain(err: ValidationError, raw, S) -> list:
         elif typ == "union_tag_not_found":
             kind = _kind_of(S, clean)
             if kind:
-                known, key = sorted(registry.table(kind)), _tag_key(kind)
+                known, key = _known(S, kind), _tag_key(kind)
             else:                      # a plain discriminated union (protocol.wait: mode)
                 key = str(ctx.get("discriminator", "'name'")).strip("'")
                 known = _tags_at(S, loc, key)
@@ -560,6 +591,13 @@ def explain(err: ValidationError, raw, S) -> list:
             seen.add(p)
             out.append(p)
     return out
+
+
+def _known(S, kind: str) -> list:
+    """The names of `kind` the schema `S` was built with (so an error never lists a name as
+    known that the schema refused); the registry's for a part of a schema."""
+    names = getattr(S, "__known_names__", None)
+    return names.get(kind, []) if names is not None else sorted(registry.table(kind))
 
 
 def _tags_at(S, loc, key) -> list:

@@ -104,6 +104,8 @@ class Algorithm:
     #: model-sized vectors in one message, per direction (fedsum.md 3.5)
     down_vectors: int = 1
     up_vectors: int = 1
+    #: kinds of per-client state kept in `ctx.states` (algorithms/state.py), for `flemu list`
+    client_state: tuple = ()
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params

@@ -29,6 +29,7 @@ class FedAuParams(ScheduledParams):
 
 class FedAu(LocalSgdDelta):
     name = "fedau"
+    client_state = (ABSENT, IV_SUM, IV_COUNT)
     supports = frozenset({"rounds"})
     weights_total = None          # omega_i / N: the weights sum to |S^t| x mean(omega) / N
 

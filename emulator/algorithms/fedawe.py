@@ -41,6 +41,7 @@ class FedAweParams(ScheduledParams):
 
 class FedAwe(Scheduled):
     name = "fedawe"
+    client_state = (XL, LAST)
     supports = frozenset({"rounds"})
 
     def __init__(self, params, ctx):

@@ -121,6 +121,7 @@ class FedSumB(_FedSumFamily):
     """FedSUM-B (Alg. 1): no local updates; server and client send one vector each."""
 
     name = "fedsum_b"
+    client_state = (Y,)
     down_vectors = 1              # B1: x^t
 
     def broadcast(self, t):
@@ -136,6 +137,7 @@ class FedSum(_FedSumFamily):
     """FedSUM (Alg. 2): corrected local SGD with y^t downloaded (2 down, 1 up)."""
 
     name = "fedsum"
+    client_state = (Y,)
     down_vectors = 2              # S1: x^t, y^t
 
     def broadcast(self, t):
@@ -153,6 +155,7 @@ class FedSumCR(_FedSumFamily):
     selection (1 down, 1 up; client keeps y_i, x_hat_i, r_i)."""
 
     name = "fedsum_cr"
+    client_state = (Y, XHAT, R)
     down_vectors = 1              # C1: x^t
 
     def broadcast(self, t):

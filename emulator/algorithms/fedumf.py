@@ -66,6 +66,7 @@ class FedUMFParams(FedAvgParams):
 
 class FedUMF(FedAvg):
     name = "fedumf"
+    client_state = ("g",)
     supports = frozenset({"rounds"})
     trains_unselected = True          # the protocol runs background jobs for S_t^c
 

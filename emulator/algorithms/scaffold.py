@@ -40,6 +40,7 @@ class ScaffoldParams(ScheduledParams):
 
 class Scaffold(Scheduled):
     name = "scaffold"
+    client_state = (C,)
     supports = frozenset({"rounds"})
     down_vectors = 2              # x, c
     up_vectors = 2                # y_K - x, c_i^+ - c_i   (single_uplink: 1)

@@ -41,6 +41,7 @@ class _StoredUpdates(LocalSgdDelta):
 class Mifa(_StoredUpdates):
     name = "mifa"
     table = "mifa_u"
+    client_state = ("mifa_u",)
 
     def aggregate(self, t, arrivals):
         N = self.ctx.num_clients
@@ -56,6 +57,7 @@ class Mifa(_StoredUpdates):
 class FedVarp(_StoredUpdates):
     name = "fedvarp"
     table = "fedvarp_u"
+    client_state = ("fedvarp_u",)
 
     def aggregate(self, t, arrivals):
         arr = self._arrived(arrivals)

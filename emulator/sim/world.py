@@ -223,7 +223,7 @@ class World:
                 if self._still >= self.STILL_LIMIT:
                     self.stall(f"{self._still} aggregations in a row at virtual time {self.env.now:g}: nothing "
                                "takes virtual time, so run.virtual_time is never reached (give run.rounds)")
-        return self.status == "stalled" or (r.rounds is not None and self.rounds_done >= r.rounds) or \
+        return self.status in ("stalled", "stopped") or (r.rounds is not None and self.rounds_done >= r.rounds) or \
             (r.virtual_time is not None and self.env.now >= r.virtual_time)
 
     def run(self) -> None:

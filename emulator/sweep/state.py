@@ -12,7 +12,7 @@ import yaml
 from .. import scenario as scn
 from ..errors import FlemuError
 
-DONE = ("complete", "diverged", "stalled")          # a run directory with a summary: never re-run
+DONE = ("complete", "diverged", "stalled", "stopped")   # a run directory with a summary: never re-run
 
 
 def read_summary(run_dir: Path) -> Optional[dict]:
