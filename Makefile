@@ -14,7 +14,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install $(PIPFLAGS) --upgrade pip
-	$(PIP) install $(PIPFLAGS) -e '.[test,ray]'
+	$(PIP) install $(PIPFLAGS) -e '.[test,ray,tracking]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -3,7 +3,7 @@
 in a temporary folder on its node and returns the run directory's files, which the driver
 writes into the sweep folder atomically, so the nodes need no shared file system and only the
 driver ever writes the sweep folder. Data files named in scenarios must exist at the same
-paths on the nodes.
+paths on the nodes; plugin files need not: their text is shipped with each task.
 
 A task lost with its node or worker process (a node died, a worker was killed) is run again
 by Ray on a live node, up to NODE_LOSS_RETRIES times: it wrote nothing (only the driver
@@ -59,7 +59,10 @@ class RayPool:
         return list(self.refs.values())
 
     def submit(self, plan) -> None:
-        self.refs[self.task.remote(plan.scenario, plan.id)] = plan.id
+        # the run's plugin files travel with the task (no node needs them installed)
+        from ..plugins import bundle
+        shipped = bundle(plan.scenario.get("plugins") or [])
+        self.refs[self.task.remote(plan.scenario, plan.id, shipped)] = plan.id
 
     def poll(self, timeout: float) -> list:
         if not self.refs:

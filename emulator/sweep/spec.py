@@ -16,7 +16,7 @@ from .. import scenario as scn
 from ..errors import ScenarioError
 
 SPEC_KEYS = {"name", "description", "base", "set", "variants", "grid", "seeds", "out", "backend", "workers",
-             "address", "resources", "threads", "report"}
+             "address", "resources", "threads", "report", "plugins"}
 BACKENDS = ("local", "ray")
 
 
@@ -47,10 +47,12 @@ class SweepSpec:
         return Path(self.out) if self.out is not None else Path("runs") / self.name
 
 
-def load_spec(source, grid=(), sets=(), seeds=None, variants=None, name=None, out=None) -> SweepSpec:
+def load_spec(source, grid=(), sets=(), seeds=None, variants=None, name=None, out=None, plugins=()) -> SweepSpec:
     """A sweep from a sweep file or mapping (it has `base:`), or from a scenario file used as
     the base with `grid` ("path=[v1, v2]" strings or a mapping), `sets` ("path=value"),
-    `seeds` (int n or list) and `variants` (mapping name -> override mapping)."""
+    `seeds` (int n or list) and `variants` (mapping name -> override mapping). `plugins`
+    (the command line's, relative to the working directory) and the sweep file's `plugins:`
+    (relative to it) join the base scenario's: every run records and loads them."""
     problems = []
     src = None
     base_dir = None
@@ -87,16 +89,17 @@ def load_spec(source, grid=(), sets=(), seeds=None, variants=None, name=None, ou
     if out is not None:
         raw["out"] = str(out)
 
-    # the base: validated once, dumped with defaults and absolute data paths
+    # the base: validated once, dumped with defaults and absolute data and plugin paths
     b = raw["base"]
+    extra = _plugins(raw.get("plugins"), base_dir, plugins, src)
     try:
         if isinstance(b, dict):
-            base_sc = scn.load(b, base_dir=base_dir)
+            base_sc = scn.load(b, base_dir=base_dir, plugins=extra)
         elif isinstance(b, str):
             bpath = Path(b)
             if not bpath.is_absolute() and base_dir is not None:
                 bpath = base_dir / bpath          # relative to the sweep file
-            base_sc = scn.load(bpath)
+            base_sc = scn.load(bpath, plugins=extra)
         else:
             raise ScenarioError([("base", f"a scenario file path or mapping, got {type(b).__name__}")])
     except ScenarioError as e:
@@ -149,6 +152,15 @@ def load_spec(source, grid=(), sets=(), seeds=None, variants=None, name=None, ou
     return SweepSpec(name=sweep_name, base=base, axes=axes, seeds=seed_list, set=set_pairs,
                      out=Path(raw["out"]) if raw.get("out") else None, base_dir=base_dir, options=options,
                      report=rep, raw=raw, description=raw.get("description"))
+
+
+def _plugins(given, base_dir, extra, src) -> list:
+    """The sweep file's `plugins:` (resolved against its folder) and the command line's."""
+    from .. import plugins as pl
+    if given is not None and not isinstance(given, list):
+        raise ScenarioError([("plugins", f"a list of .py files or module names, got {given!r}")], source=src)
+    own = [pl.resolve(x, base_dir) if isinstance(x, str) else x for x in given or ()]
+    return pl.merge(own, [pl.resolve(x) for x in extra or ()])
 
 
 def _set_pairs(s, where, problems) -> list:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import Optional
 
 
 def describe(exc: BaseException) -> dict:
@@ -30,12 +31,16 @@ def run_one(scenario_file: str, out: str) -> dict:
     return run(scenario_file, out=out).summary
 
 
-def run_to_files(scenario: dict, run_id: str) -> dict:
+def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None) -> dict:
     """Run a resolved scenario mapping in a temporary folder; return {"ok", "files": {name:
-    bytes}} or {"ok": False, type, error, detail}. (Used by the Ray backend.)"""
+    bytes}} or {"ok": False, type, error, detail}. `plugins`: {path: text} of the scenario's
+    plugin files, shipped with the task (run instead of reading the paths). (Used by the
+    Ray backend.)"""
     import shutil
 
+    from ..plugins import receive
     from ..runner import run
+    receive(plugins or {})
     tmp = Path(tempfile.mkdtemp(prefix=f"flemu-{run_id[:40]}-"))
     try:
         out = tmp / "run"

@@ -1,0 +1,153 @@
+"""flemu's public extension surface: the one import path promised to users
+(docs/write-your-own.md). Everything a plugin extends or calls is here:
+
+    from emulator.api import register, Params, FedAvg, FedAvgParams, Aggregation
+
+- registration: `register` (a function, or a class / function decorator), `Params`, and
+  helpers that register data and models written in code (`register_arrays`,
+  `register_torch_dataset`, `register_module`) and a compute model from a function
+  (`register_step_time`);
+- algorithms: `Algorithm`, the built-ins with their parameter models (to extend), the
+  message and result types (`Broadcast`, `Upload`, `Arrival`, `Rows`, `Aggregation`),
+  `AlgoContext`, the local-training types (`LocalSpec`, `LocalRule`);
+- data and models: `FederatedData`, `DatasetContext`, `ModelContext` (what dataset and model
+  factories get and return); partition factories get (params, labels, num_clients, rng, path);
+- device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `Link`,
+  `Selection`, and `GroupContext` (what their factories get);
+- callbacks: `Callback`, `RunContext`;
+- running: `run`, `load`, `RunResult`, and the errors.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional, Sequence, Type
+
+import numpy as np
+
+from devices.availability import NEVER, Availability
+from devices.compute import ComputeModel, FixedClock, StepClock, Work
+from devices.network import InstantLink, Link
+from devices.selection import Selection
+
+from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, Broadcast, Rows, Upload,
+                              sample_weights, size_weights, weighted_sum)
+from .algorithms.fedasync import FedAsync, FedAsyncParams
+from .algorithms.fedavg import FedAvg, FedAvgParams
+from .algorithms.fedprox import FedProx, FedProxParams
+from .algorithms.scaffold import Scaffold, ScaffoldParams
+from .algorithms.state import ClientStates
+from .callbacks import Callback, RunContext
+from .compute.jobs import JobFuture, LocalRule, LocalSpec
+from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
+from .fleet import GroupContext
+from .registry import Params, register
+from .runner import RunResult
+from .workloads.data import FederatedData
+from .workloads.datasets import DatasetContext
+from .workloads.models import ModelContext
+
+
+def run(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, out: Any = None,
+        progress: Optional[Callable[[dict], None]] = None, callbacks: Sequence[Callback] = (),
+        plugins: Sequence[str] = ()) -> RunResult:
+    """Run a scenario (a file path, YAML text, a dict or a validated scenario) and write its
+    run directory; `callbacks` are Callback instances, `plugins` files or modules to import
+    first (recorded in config.yaml)."""
+    from .runner import run as _run
+    return _run(source, overrides=overrides, seed=seed, out=out, progress=progress, callbacks=callbacks,
+                plugins=plugins)
+
+
+def load(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, plugins: Sequence[str] = ()) -> Any:
+    """Validate a scenario (its plugins imported first) -> the scenario object `run` takes."""
+    from .scenario import load as _load
+    return _load(source, overrides, seed, plugins=plugins)
+
+
+# --------------------------------------------------------------------------- data in code
+def register_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, *,
+                    num_classes: Optional[int] = None, client_indices: Optional[list] = None,
+                    description: Optional[str] = None) -> None:
+    """Register a classification dataset held in arrays: features (N, ...) of any shape (a
+    model gets them as they are, float32), integer labels. With `client_indices` (one index
+    array per client) the dataset owns its split (`partition: natural`); otherwise any
+    partition (iid, dirichlet, ...) splits it."""
+    xtr, xte = np.asarray(x_train, dtype=np.float32), np.asarray(x_test, dtype=np.float32)
+    ytr, yte = np.asarray(y_train).astype(np.int64).reshape(-1), np.asarray(y_test).astype(np.int64).reshape(-1)
+    if len(xtr) != len(ytr) or len(xte) != len(yte):
+        raise ValueError(f"dataset {name!r}: {len(ytr)} labels for {len(xtr)} training samples, "
+                         f"{len(yte)} for {len(xte)} test samples")
+    classes = int(num_classes if num_classes is not None else max(ytr.max(initial=0), yte.max(initial=0)) + 1)
+
+    def factory(p: Params, ctx: DatasetContext) -> FederatedData:
+        idx = None if client_indices is None else [np.asarray(i, dtype=np.int64) for i in client_indices]
+        if idx is not None and len(idx) != ctx.num_clients:
+            raise ScenarioError([(f"{ctx.path}.name", f"dataset {name!r} is split for {len(idx)} clients; "
+                                                      f"clients.count is {ctx.num_clients}")])
+        return FederatedData(name, xtr, ytr, xte, yte, classes, tuple(xtr.shape[1:]),
+                             client_indices=idx, natural=idx is not None)
+
+    register("dataset", name, Params,
+             description or f"arrays registered in code: {len(ytr)} training, {len(yte)} test samples, "
+                            f"{classes} classes", factory)
+
+
+def register_torch_dataset(name: str, train: Any, test: Any, *, num_classes: Optional[int] = None,
+                           description: Optional[str] = None) -> None:
+    """Register a torch `Dataset` pair (items `(features, label)`), read once into arrays."""
+    import torch
+
+    def arrays(ds):
+        xs, ys = zip(*[(torch.as_tensor(x), int(y)) for x, y in (ds[i] for i in range(len(ds)))])
+        return torch.stack(xs).numpy(), np.array(ys, dtype=np.int64)
+
+    (xtr, ytr), (xte, yte) = arrays(train), arrays(test)
+    register_arrays(name, xtr, ytr, xte, yte, num_classes=num_classes,
+                    description=description or f"torch Dataset registered in code ({len(ytr)} training samples)")
+
+
+def register_module(name: str, build: Callable[[ModelContext], Any], *, description: Optional[str] = None) -> None:
+    """Register a model: `build(ctx)` returns any `torch.nn.Module` whose output is the
+    logits of a batch (ctx.input_shape, ctx.num_classes describe the data)."""
+    register("model", name, Params, description or f"nn.Module built by {getattr(build, '__qualname__', build)}",
+             lambda p, ctx: build(ctx))
+
+
+# --------------------------------------------------------------------------- devices in code
+class FunctionCompute(ComputeModel):
+    """Every step of a client in a round takes `fn(client, round, rng)` seconds (positive
+    and finite: anything else is an error, never a silent zero)."""
+
+    random = True
+
+    def __init__(self, fn: Callable[[int, int, np.random.Generator], float], name: str = "function"):
+        self.fn, self.name = fn, name
+
+    def clock(self, client: int, round_: int, rng: Any, now: float = 0.0, work: Optional[Work] = None,
+              draw: Any = None) -> StepClock:
+        v = float(self.fn(client, round_, rng))
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"compute model {self.name!r}: step time of client {client} in round {round_} "
+                             f"is {v}; it must be a positive finite number of seconds")
+        return FixedClock(v)
+
+
+def register_step_time(name: str, fn: Callable[[int, int, np.random.Generator], float], *,
+                       description: Optional[str] = None) -> None:
+    """Register a compute model from a function: `fn(client, round, rng)` is the seconds
+    each local step of `client` takes in `round` (`rng`: that client's stream of the round)."""
+    register("compute", name, Params, description or f"step time from {getattr(fn, '__qualname__', fn)}",
+             lambda p, ctx=None: FunctionCompute(fn, name))
+
+
+__all__ = [
+    "register", "Params", "register_arrays", "register_torch_dataset", "register_module", "register_step_time",
+    "Algorithm", "AlgoContext", "Broadcast", "Upload", "Arrival", "Rows", "Aggregation", "ClientStates",
+    "LocalSpec", "LocalRule", "JobFuture", "sample_weights", "size_weights", "weighted_sum",
+    "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
+    "FederatedData", "DatasetContext", "ModelContext",
+    "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "NEVER", "Link",
+    "InstantLink", "Selection", "GroupContext",
+    "Callback", "RunContext", "run", "load", "RunResult",
+    "ScenarioError", "FlemuError", "DivergedError", "InvariantError",
+]
