@@ -1,9 +1,11 @@
 """The `mlflow` callback: every metrics row to an MLflow run (step = round), the scenario's
 scalar fields as params, the summary's figures and status at the end. Without a tracking
-URI it writes MLflow's local file store `./mlruns` (absolute, in the working directory);
+URI it writes MLflow's local file store `./mlruns` (absolute, in the working directory; MLflow 3
+keeps that store behind MLFLOW_ALLOW_FILE_STORE, which a file: URI sets);
 summary.json records {tracking_uri, experiment_id, run_id} under `tracking.mlflow`."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -29,7 +31,7 @@ def _flat(d, prefix="") -> dict:
             out.update(_flat(v, f"{prefix}{k}."))
     elif isinstance(d, list):
         for i, v in enumerate(d):
-            out.update(_flat(v, f"{prefix[:-1]}[{i}]."))
+            out.update(_flat(v, f"{prefix}{i}."))
     else:
         out[prefix[:-1]] = d
     return out
@@ -47,6 +49,10 @@ class MlflowCallback(Callback):
         from mlflow.tracking import MlflowClient
         from ..scenario import dump
         self.uri = self.p.tracking_uri or Path("mlruns").resolve().as_uri()
+        if self.uri.startswith("file:"):
+            # MLflow 3 keeps its file store behind this switch (maintenance mode, still
+            # supported): flemu's embedded default is that store, so the switch is set here
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=self.uri)
         name = self.p.experiment or run.scenario.name
         self.experiment_id = self._experiment(name)
