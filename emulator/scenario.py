@@ -48,12 +48,28 @@ class _Never(BaseModel):
     never: Literal["never"]
 
 
-def tagged(kind: str):
+def _spec_fields(params: type, ns: Optional[dict]) -> dict:
+    """Fields of `params` declared with a union's name (`select: "SelectionSpec"`), typed
+    with this build's union: pydantic resolves such a name once per class, so a member
+    registered later (a plugin's selection model) would not be seen through the shared class."""
+    out: dict = {}
+    for klass in reversed(params.__mro__):
+        for fname, ann in getattr(klass, "__annotations__", {}).items():
+            ann = ann.strip("'\"") if isinstance(ann, str) else ann
+            if isinstance(ann, str) and ns and ns.get(ann) is not None and fname in params.model_fields:
+                f = params.model_fields[fname]
+                kw = {"default_factory": f.default_factory} if f.default_factory is not None else \
+                    ({} if f.is_required() else {"default": f.default})
+                out[fname] = (ns[ann], Field(description=f.description, **kw))
+    return out
+
+
+def tagged(kind: str, ns: Optional[dict] = None):
     """The tagged union of every registered component of `kind`."""
     key, default = _tag_key(kind), TAG_DEFAULT.get(kind)
     members = []
     for name, e in registry.table(kind).items():
-        m = create_model(f"{kind.title()}_{name}", __base__=e.params,
+        m = create_model(f"{kind.title()}_{name}", __base__=e.params, **_spec_fields(e.params, ns),
                          **{key: (Literal[name], Field(name, description=f"{kind} name"))})
         m.__doc__ = e.description
         _TAGGED[f"{kind}:{name}"] = m
@@ -115,7 +131,7 @@ def _build_schema() -> type:
             e.params.model_rebuild(force=True, _types_namespace=ns)
     for kind in registry.KINDS:
         if ns.get(f"{kind.title()}Spec") is None:
-            ns[f"{kind.title()}Spec"] = tagged(kind)
+            ns[f"{kind.title()}Spec"] = tagged(kind, ns)
     T = ns
 
     class Workload(Params):

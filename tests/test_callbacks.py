@@ -15,6 +15,9 @@ from conftest import quadratic_scenario, tiny
 from emulator.api import Callback, Params, register
 
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: one thread is fastest
+
+
 class Recorder(Callback):
     def __init__(self, stop_at=None, checkpoint=False):
         self.aggregations, self.evaluations, self.ended = [], [], None

@@ -24,6 +24,7 @@ from conftest import quadratic_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEMU = [sys.executable, "-m", "emulator.cli"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: one thread is fastest
 
 
 class Result:
@@ -240,3 +241,23 @@ def test_ray_sweep_ships_the_plugin_files_with_its_tasks(tmp_path, reference):
     assert res.counts["complete"] == 2, res.index[["run", "status", "error"]].to_string()
     for rid in res.index["run"]:
         same_run(pd.read_csv(tmp_path / "ray" / "runs" / rid / "metrics.csv"), reference)
+
+
+def test_a_selection_model_registered_late_is_valid_inside_protocol_blocks(tmp_path):
+    """protocol.select is a union inside the protocol's own parameters: a selection model
+    registered after a schema was built must be accepted there too (and run)."""
+    from emulator import scenario
+    from emulator.api import Selection
+    scenario.schema()
+
+    class FirstTwo(Selection):
+        def select(self, round_, available, num_clients, rng):
+            return sorted(available)[:2]
+
+    register_late = __import__("emulator.api", fromlist=["register"]).register
+    register_late("selection", "first_two", None, "the two lowest available ids", lambda p, ctx=None: FirstTwo())
+    sc = quadratic_scenario(rounds=3)
+    sc["protocol"]["select"] = {"model": "first_two"}
+    res = emulator.run(sc, out=tmp_path / "sel")
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    assert c[c["selected"]].groupby("round")["client"].apply(list).tolist() == [[0, 1]] * 3
