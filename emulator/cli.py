@@ -108,6 +108,7 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
     from .errors import ScenarioError
 
     try:
+        registry.load_all()                  # built-ins and installed plugins (entry points)
         plugins.load(plugin, None, "--plugin")
     except ScenarioError as e:
         _fail(e)

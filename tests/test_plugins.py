@@ -261,3 +261,30 @@ def test_a_selection_model_registered_late_is_valid_inside_protocol_blocks(tmp_p
     res = emulator.run(sc, out=tmp_path / "sel")
     c = pd.read_csv(res.run_dir / "clients.csv")
     assert c[c["selected"]].groupby("round")["client"].apply(list).tolist() == [[0, 1]] * 3
+
+
+def test_an_installed_package_is_loaded_through_the_entry_point_group(tmp_path, monkeypatch):
+    """A distribution declaring `flemu.plugins` (a dist-info folder on the path, as pip writes
+    it) is imported with the built-ins: its algorithm is listed and valid without --plugin;
+    a broken one is exit 2 naming its entry point."""
+    from emulator import plugins
+    site = tmp_path / "site"
+    (site / "my_methods").mkdir(parents=True)
+    src = (ROOT / "examples" / "fedavgm.py").read_text().replace('"fedavgm"', '"fedavgm_installed"')
+    (site / "my_methods" / "__init__.py").write_text("")
+    (site / "my_methods" / "flemu_plugin.py").write_text(src)
+    info = site / "my_methods-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-methods\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[flemu.plugins]\nmy_methods = my_methods.flemu_plugin\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins.load_entry_points()              # what registry.load_all does once per process
+    r = flemu("list", "algorithms", "fedavgm_installed")
+    assert r.returncode == 0, r.stderr
+    assert "server momentum beta" in r.stdout and "entry point my_methods" in r.stdout
+    assert emulator.load(quadratic_scenario(algo="fedavgm_installed")).algorithm.name == "fedavgm_installed"
+    (site / "my_methods" / "flemu_plugin.py").write_text("raise ImportError('missing dependency xyz')\n")
+    monkeypatch.delitem(sys.modules, "my_methods.flemu_plugin")
+    with pytest.raises(emulator.ScenarioError) as e:
+        plugins.load_entry_points()
+    assert "flemu.plugins:my_methods" in str(e.value) and "missing dependency xyz" in str(e.value)
