@@ -28,6 +28,7 @@ SECTIONS = [  # (YAML path, kind or None, title)
     ("protocol", "protocol", "Protocols"),
     ("algorithm", "algorithm", "Algorithms"),
     ("executor", "executor", "Executors"),
+    ("callbacks[]", "callback", "Run callbacks"),
 ]
 
 

@@ -72,7 +72,6 @@ class StopBelowParams(Params):
     loss: float
 
 
-@register("callback", "stop_below", StopBelowParams, "stop once the test loss is below `loss`")
 class StopBelow(Callback):
     def __init__(self, p):
         self.p = p
@@ -83,7 +82,17 @@ class StopBelow(Callback):
         return None
 
 
-def test_scenario_callbacks_are_registered_names_with_params(tmp_path):
+@pytest.fixture
+def stop_below():
+    """`stop_below` registered for one test (the registry is shared by the tests of a worker)."""
+    from emulator import registry
+    register("callback", "stop_below", StopBelowParams, "stop once the test loss is below `loss`")(StopBelow)
+    yield
+    del registry._TABLES["callback"]["stop_below"]
+    registry._generation += 1
+
+
+def test_scenario_callbacks_are_registered_names_with_params(tmp_path, stop_below):
     full = emulator.run(quadratic_scenario(rounds=10), out=tmp_path / "full").metrics
     target = float(full["test_loss"].iloc[4])             # reached after round 4
     sc = quadratic_scenario(rounds=10)

@@ -13,8 +13,16 @@ import pytest
 
 import emulator
 from emulator.workloads.datasets import quadratic_problem_dense
+from registry_snapshot import registry_snapshot
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: one thread is fastest
+
+
+@pytest.fixture(autouse=True)
+def registry_restored():
+    with registry_snapshot():
+        yield
+
 EX = Path(__file__).resolve().parent.parent / "examples"
 N, MU = 6, 0.01
 

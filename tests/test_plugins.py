@@ -21,6 +21,7 @@ import yaml
 
 import emulator
 from conftest import quadratic_scenario
+from registry_snapshot import registry_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEMU = [sys.executable, "-m", "emulator.cli"]
@@ -55,18 +56,9 @@ def flemu_process(*args, cwd=None):
 
 @pytest.fixture(autouse=True)
 def registry_restored():
-    """Each test's plugins are forgotten after it (the registry and the loaded-plugin table)."""
-    from emulator import plugins, registry
-    registry.load_all()
-    tables = {k: dict(v) for k, v in registry._TABLES.items()}
-    loaded = dict(plugins._LOADED)
-    yield
-    for k, v in tables.items():
-        registry._TABLES[k].clear()
-        registry._TABLES[k].update(v)
-    plugins._LOADED.clear()
-    plugins._LOADED.update(loaded)
-    registry._generation += 1
+    """Each test's plugins are forgotten after it."""
+    with registry_snapshot():
+        yield
 
 
 def plugin_scenario(tmp_path: Path, named_in_file: bool = True, name: str = "fedavgm") -> Path:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from registry_snapshot import registry_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "write-your-own.md"
@@ -22,22 +23,11 @@ def test_guide_python_blocks_run(tmp_path, monkeypatch):
     assert len(blocks) >= 8
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
-    from emulator import plugins, registry
-    registry.load_all()
-    tables = {k: dict(v) for k, v in registry._TABLES.items()}
-    loaded = dict(plugins._LOADED)
     ns: dict = {"__name__": "write_your_own"}
-    try:
+    with registry_snapshot():                 # the guide's components are forgotten afterwards
         for i, code in enumerate(blocks):
             try:
                 exec(compile(code, f"{DOC.name}[python block {i}]", "exec"), ns)
             except Exception as e:
                 raise AssertionError(f"python block {i} of {DOC.name} failed: {type(e).__name__}: {e}\n{code}") from e
-    finally:                              # forget the guide's components and plugins
-        for k, v in tables.items():
-            registry._TABLES[k].clear()
-            registry._TABLES[k].update(v)
-        plugins._LOADED.clear()
-        plugins._LOADED.update(loaded)
-        registry._generation += 1
     assert (tmp_path / "runs" / "fedadam" / "metrics.csv").exists()
