@@ -213,24 +213,31 @@ def test_sweep_with_two_workers_runs_plugins_named_both_ways(tmp_path, reference
         assert len(cfg["plugins"]) == 2 and all(Path(p).is_absolute() for p in cfg["plugins"])
 
 
-def test_ray_sweep_ships_the_plugin_files_with_its_tasks(tmp_path, reference):
-    """A sweep on a real local Ray instance, one variant per way in (the base's plugins: and
-    the command line's plugins); the plugin files are deleted before the tasks start, so the
-    Ray workers (fresh processes) can only run them from the text shipped with each task."""
+def test_ray_sweep_ships_the_plugins_with_its_tasks(tmp_path, reference, monkeypatch):
+    """A sweep on a real local Ray instance, one variant per way in: the base's plugins:, a
+    file given on the command line, and a module (a package on the driver's path only). The
+    plugin files are deleted before the tasks start, so the Ray workers (fresh processes) can
+    only run them from the text shipped with each task; the module's folder goes as py_modules."""
     pytest.importorskip("ray")
     import emulator.sweep as sw
     f = plugin_scenario(tmp_path)
     (tmp_path / "cli_plugin").mkdir()
-    src = (ROOT / "examples" / "fedavgm.py").read_text().replace('"fedavgm"', '"fedavgm_cli"')
-    (tmp_path / "cli_plugin" / "other.py").write_text(src)
+    src = (ROOT / "examples" / "fedavgm.py").read_text()
+    (tmp_path / "cli_plugin" / "other.py").write_text(src.replace('"fedavgm"', '"fedavgm_cli"'))
+    pkg = tmp_path / "modsite" / "ray_mod_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "algos.py").write_text(src.replace('"fedavgm"', '"fedavgm_module"'))
+    monkeypatch.syspath_prepend(str(tmp_path / "modsite"))
     spec = sw.load_spec({"name": "plugray", "base": str(f), "out": str(tmp_path / "ray"),
-                         "variants": {"file": {"algorithm.name": "fedavgm"}, "cli": {"algorithm.name": "fedavgm_cli"}}},
-                        plugins=[str(tmp_path / "cli_plugin" / "other.py")])
+                         "variants": {"file": {"algorithm.name": "fedavgm"}, "cli": {"algorithm.name": "fedavgm_cli"},
+                                      "module": {"algorithm.name": "fedavgm_module"}}},
+                        plugins=[str(tmp_path / "cli_plugin" / "other.py"), "ray_mod_pkg.algos"])
     for d in ("scen", "cli_plugin"):
         for p in (tmp_path / d).iterdir():
             p.unlink()
     res = sw.run_sweep(spec, backend="ray", workers=2, threads=1, resources={"num_cpus": 1})
-    assert res.counts["complete"] == 2, res.index[["run", "status", "error"]].to_string()
+    assert res.counts["complete"] == 3, res.index[["run", "status", "error"]].to_string()
     for rid in res.index["run"]:
         same_run(pd.read_csv(tmp_path / "ray" / "runs" / rid / "metrics.csv"), reference)
 

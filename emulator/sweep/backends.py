@@ -14,9 +14,10 @@ from .local_pool import LocalPool
 from .ray_pool import RayPool
 
 
-def make_backend(name: str, root: Path, workers=None, address=None, resources=None):
+def make_backend(name: str, root: Path, workers=None, address=None, resources=None, plugins=()):
+    """`plugins`: the runs' plugins (Ray ships the folders of module plugins to its workers)."""
     if name == "local":
         return LocalPool(root, workers or (os.cpu_count() or 1))
     if name == "ray":
-        return RayPool(root, workers, address, resources or {})
+        return RayPool(root, workers, address, resources or {}, plugins)
     raise ValueError(f"unknown backend {name!r}")

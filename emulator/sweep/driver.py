@@ -96,7 +96,9 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
         ran = 0
         if todo:
             from .backends import make_backend
-            pool = make_backend(backend, root, workers=workers, address=address, resources=resources)
+            from ..plugins import merge
+            used = merge(*[p.scenario.get("plugins") or [] for p in todo])
+            pool = make_backend(backend, root, workers=workers, address=address, resources=resources, plugins=used)
             ran = _drive(root, pool, todo, plans, state, axes, skipped, progress)
         index = write_index(root, plans, state, axes)
         journal(root, event="end", ran=ran)

@@ -3,7 +3,8 @@
 in a temporary folder on its node and returns the run directory's files, which the driver
 writes into the sweep folder atomically, so the nodes need no shared file system and only the
 driver ever writes the sweep folder. Data files named in scenarios must exist at the same
-paths on the nodes; plugin files need not: their text is shipped with each task.
+paths on the nodes; plugin files need not: their text is shipped with each task, and the
+folders of module plugins that are not installed packages go to the workers as `py_modules`.
 
 A task lost with its node or worker process (a node died, a worker was killed) is run again
 by Ray on a live node, up to NODE_LOSS_RETRIES times: it wrote nothing (only the driver
@@ -28,7 +29,7 @@ NODE_LOSS_RETRIES = 3     # reruns of a task whose node or worker died (system f
 
 
 class RayPool:
-    def __init__(self, root: Path, workers, address, resources: dict):
+    def __init__(self, root: Path, workers, address, resources: dict, plugins=()):
         try:
             import ray
         except ImportError:
@@ -39,11 +40,15 @@ class RayPool:
         self.started = False
         if not ray.is_initialized():
             kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # module plugins that are not installed packages travel as py_modules (file
+            # plugins travel with each task: submit)
+            from ..plugins import module_roots
+            env = {"py_modules": module_roots(plugins)} if module_roots(plugins) else {}
             if address:
-                ray.init(address=address, **kw)
+                ray.init(address=address, runtime_env=env or None, **kw)
             else:
                 # a local instance: its workers import this checkout (see package_root)
-                ray.init(runtime_env={"env_vars": {"PYTHONPATH": package_root()}},
+                ray.init(runtime_env={"env_vars": {"PYTHONPATH": package_root()}, **env},
                          object_store_memory=200 * 1024 ** 2, **kw)
                 self.started = True
         cpus = float(resources.get("num_cpus", 1))
