@@ -156,6 +156,19 @@ def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Op
     return out
 
 
+def load_for(raw: dict, extra: Iterable[str], base_dir, source: Optional[str]) -> None:
+    """Import a scenario mapping's `plugins` (relative to `base_dir`) and the `extra` ones
+    (the command line's: relative to the working directory); record them resolved in `raw`."""
+    given = raw.get("plugins")
+    if given is not None and not isinstance(given, list):
+        raise ScenarioError([("plugins", f"a list of .py files or module names, got {given!r}")], source=source)
+    found = load(given or [], base_dir, "plugins", source)
+    for spec in extra or ():
+        found = merge(found, load([spec], None, f"--plugin {spec}", source))
+    if found:
+        raw["plugins"] = found
+
+
 def merge(*lists: Iterable[str]) -> list:
     """The plugins of several lists, each once, in order."""
     out: list = []

@@ -364,7 +364,8 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raise
     if seed is not None:
         raw["seed"] = int(seed)
-    _load_plugins(raw, plugins, base_dir, src)
+    from .plugins import load_for
+    load_for(raw, plugins, base_dir, src)
     S = schema()
     try:
         sc = S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None})
@@ -374,19 +375,6 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
     if problems:
         raise ScenarioError(problems, source=src)
     return sc
-
-
-def _load_plugins(raw: dict, extra, base_dir, src) -> None:
-    """Import the scenario's plugins and the extra ones; record them resolved in `raw`."""
-    from . import plugins as pl
-    given = raw.get("plugins")
-    if given is not None and not isinstance(given, list):
-        raise ScenarioError([("plugins", f"a list of .py files or module names, got {_short(given)}")], source=src)
-    found = pl.load(given or [], base_dir, "plugins", src)
-    for spec in extra or ():
-        found = pl.merge(found, pl.load([spec], None, f"--plugin {spec}", src))
-    if found:
-        raw["plugins"] = found
 
 
 def algorithm_for(sc, index: int):
