@@ -25,6 +25,7 @@ import torch
 
 _W = 32                                  # bits per limb
 _MASK = (1 << _W) - 1
+_CHUNK = 1 << 17                         # values converted at once (bounds the temporaries to ~1 MB each)
 _SPLIT = 26                              # a float64 mantissa (53 bits) is added in two parts
 _LAYOUT = {torch.float32: (torch.int32, 23, 8), torch.float64: (torch.int64, 52, 11)}   # bits, mantissa, exponent
 
@@ -58,6 +59,12 @@ class ExactSum:
     def add(self, rows: torch.Tensor, sign: int = 1) -> None:
         """Add (sign 1) or subtract (sign -1) each row of `rows` ([k, d] or [d]) exactly."""
         v = rows.detach().to(device=self.device, dtype=self.dtype).reshape(-1, self._acc.shape[1])
+        step = max(1, _CHUNK // v.shape[1])                     # bounded temporaries: ~_CHUNK int64 each
+        for i in range(0, v.shape[0], step):
+            self._add(v[i:i + step], sign)
+        self._normalise()
+
+    def _add(self, v: torch.Tensor, sign: int) -> None:
         bits = v.view(self._int).to(torch.int64)                 # IEEE fields of each value
         ex = (bits >> self._m) & self._emask
         special = ex == self._emask
@@ -79,7 +86,6 @@ class ExactSum:
             k = p >> 5
             self._acc.scatter_add_(0, k, shifted & _MASK)
             self._acc.scatter_add_(0, k + 1, shifted >> _W)
-        self._normalise()
 
     def _normalise(self) -> None:
         """Carry so that limbs 0..L-2 lie in [0, 2^32) and the top limb holds the sign."""
