@@ -80,11 +80,21 @@ def one(algo: str, n: int, samples: int, out: str) -> dict:
             "state_goal_met": bool(s["client_state_bytes"] <= bound)}
 
 
-def run_case(algo: str, n: int, samples: int) -> dict:
+def _limit(gb: float):
+    """A cap on the child's address space: past it the case fails with MemoryError instead of
+    pushing a shared machine into swap or the OOM killer."""
+    import resource as r
+
+    def set_cap():
+        r.setrlimit(r.RLIMIT_AS, (int(gb * 1e9), int(gb * 1e9)))
+    return set_cap
+
+
+def run_case(algo: str, n: int, samples: int, max_gb: float = 20.0) -> dict:
     out = str(HERE / "results" / "tmp_cache" / f"state_memory_{algo}_{n}")
     cmd = [sys.executable, "-m", "benchmarks.state_memory", "--one", algo, str(n), str(samples), out]
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent,
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, preexec_fn=_limit(max_gb),
                        env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     if p.returncode != 0:
         return {"algorithm": algo, "clients": n, "samples_per_client": samples, "failed": p.stderr[-2000:]}

@@ -104,6 +104,19 @@ def test_kept_sum_is_exact_whatever_the_writes(dtype):
     assert torch.equal(busy.table("u"), final)
 
 
+def test_kept_sum_of_non_finite_rows_follows_ieee_and_recovers_when_they_are_overwritten():
+    st = ClientStates(4, 3, torch.device("cpu"), torch.float32)
+    st.declare("u", keep_sum=True)
+    st.put_rows("u", [0, 1], torch.tensor([[1.0, float("inf"), float("nan")], [2.0, float("-inf"), 1.0]]))
+    m = st.mean("u")
+    assert m[0] == 0.75 and torch.isnan(m[1]) and torch.isnan(m[2])        # inf + -inf, nan
+    st.put("u", 1, torch.tensor([2.0, 4.0, 1.0]))
+    m = st.mean("u")
+    assert m[0] == 0.75 and m[1] == float("inf") and torch.isnan(m[2])
+    st.put("u", 0, torch.tensor([1.0, 3.0, 5.0]))
+    assert torch.equal(st.mean("u"), torch.tensor([0.75, 1.75, 1.5]))
+
+
 def test_mean_needs_a_kept_sum():
     st = ClientStates(3, 2, torch.device("cpu"), torch.float32)
     st.put("c", 0, torch.ones(2))
