@@ -11,7 +11,7 @@ fields; and the check of the goal: client-state bytes held <= 1.2 x (rows writte
 
 Default (about a minute): FedAvg, FedSUM, SCAFFOLD, MIFA at 10^4 clients, 50 samples a client.
 --full: the same four at 10^5 clients (the figures of issue 29; a few minutes).
---million: FedSUM at 10^6 clients, 20 samples a client (about 17 GB resident at peak, most of
+--million: FedSUM at 10^6 clients, 20 samples a client (about 17 GB resident at peak and 14 minutes, most of
 it the data set: see docs/client-state.md; run it alone on the machine).
 
 Writes benchmarks/results/state_memory.json (cases merged by key, so runs may be split).
