@@ -99,8 +99,10 @@ class _Kind:
         if self.sum is not None:
             if len(set(clients)) != len(clients):
                 raise ValueError(f"put_rows: a client appears twice in {clients}")
-            self.sum.add(torch.stack([self.current(c) for c in clients]), -1)   # old rows out
-            self.sum.add(values, 1)                                              # new rows in
+            stored = [c for c in clients if self.find(c) is not None]          # unwritten rows are zeros
+            if stored:
+                self.sum.add(torch.stack([self.view(self.find(c)) for c in stored]), -1)   # old rows out
+            self.sum.add(values, 1)                                                        # new rows in
         for c, v in zip(clients, values):
             s = self.find(c)
             self.view(self._allocate(c) if s is None else s).copy_(v)
