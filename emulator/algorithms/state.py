@@ -109,7 +109,8 @@ class _Kind:
 
     def materialise(self, clients=None) -> None:
         """Compute pending values (all, or those of `clients`) and store them."""
-        items = [(c, v) for c, v in self.pending.items() if clients is None or c in clients]
+        items = (list(self.pending.items()) if clients is None
+                 else [(c, self.pending[c]) for c in clients if c in self.pending])
         if not items:
             return
         resolve([v for _, v in items])
