@@ -50,7 +50,7 @@ def test_sequential_and_batched_agree_on_cnn_mnist(images, algo):
     for ex in ("sequential", "batched"):
         states = []
         xs, w = run_world(cnn_scenario(images, algo, ex),
-                          each=lambda a, row: states.append({k: v.clone() for k, v in a.states._tables.items()}))
+                          each=lambda a, row: states.append({k: a.states.table(k).clone() for k in a.states.kinds()}))
         runs[ex] = (np.array(xs), states, w.executor.stats)
     (xs, ss, st_s), (xb, sb, st_b) = runs["sequential"], runs["batched"]
     assert st_s == st_b and st_s.jobs_computed >= 6                    # same jobs, several stacked a round

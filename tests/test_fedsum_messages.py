@@ -1,6 +1,7 @@
 """Messages and memory of the FedSUM family and its baselines (fedsum.md 3.5, 4, T8f):
 bytes per round = vectors x 4d x |S^t| in each direction, exactly, in metrics.csv; a
-client's first upload is its new y_i; per-client state kinds and bytes in summary.json;
+client's first upload is its new y_i; per-client state kinds, bytes (held and dense-equivalent)
+and rows written in summary.json;
 the realised delay metrics of every method's run (T1)."""
 import numpy as np
 import pytest
@@ -22,10 +23,11 @@ VECTORS = {"fedsum_b": (1, 1), "fedsum": (2, 1), "fedsum_cr": (1, 1), "fedavg_ac
 
 T8 = 8 * D * 3                            # one float64 [N=3, d=2] table
 S8 = 8 * 3                                # one [N] array
+X8 = 69 * 8 * D                           # the exact sum of a float64 table (69 limbs of int64 per coordinate)
 STATE = {"fedsum_b": {"fedsum_y": T8}, "fedsum": {"fedsum_y": T8},
          "fedsum_cr": {"fedsum_y": T8, "fedsum_xhat": T8, "fedsum_r": S8},
          "fedavg_active": {}, "scaffold": {"scaffold_c": T8}, "scaffold_1up": {"scaffold_c": T8},
-         "mifa": {"mifa_u": T8}, "fedvarp": {"fedvarp_u": T8},
+         "mifa": {"mifa_u": T8 + X8}, "fedvarp": {"fedvarp_u": T8 + X8},
          "fedau": {"fedau_absent": S8, "fedau_interval_sum": S8, "fedau_interval_count": S8},
          "fedawe": {"fedawe_x": T8, "fedawe_last": S8}, "fedawe_clip": {"fedawe_x": T8, "fedawe_last": S8}}
 
@@ -44,6 +46,9 @@ def test_t8f_bytes_per_round_state_and_delays(run_in, tmp_path, method):
     s = res.summary
     assert s["client_state_kinds"] == STATE[method]
     assert s["client_state_peak_bytes"] == s["client_state_bytes"] == sum(STATE[method].values())
+    tables = [k for k, v in STATE[method].items() if v >= T8]        # every client wrote every table
+    assert s["client_state_rows"] == {k: 3 for k in tables}
+    assert s["client_state_dense_bytes"] == T8 * len(tables) + S8 * (len(STATE[method]) - len(tables))
     assert m["tau"].tolist() == [1, 2, 3, 2, 1, 0]                       # T1 on the realised run
     assert s["delay"]["0"]["tau_max"] == 3 and s["delay"]["0"]["tau_avg"] == 1.5
 

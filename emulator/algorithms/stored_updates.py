@@ -1,6 +1,7 @@
 """Stored-update baselines of the FedSUM comparison (shared/specs/fedsum.md section 4):
-the server keeps every client's latest model update u_i (one [N, d] table, u_i^0 = 0) and
-steps with their mean. Both in the form of the FedSUM experiments' code lineage ([ref-code],
+the server keeps every client's latest model update u_i (a table of N rows, u_i^0 = 0, rows
+stored on first write) and steps with their mean, read from the table's exact running sum
+(docs/client-state.md): O(d) a round, the same bits whatever the order of the writes. Both in the form of the FedSUM experiments' code lineage ([ref-code],
 A11): u_i is the raw update Delta_i = y_K - x^t of `LocalSGD(x^t)` (K plain SGD steps at
 eta_l^t), not normalised by the learning rate; never-seen clients count as zeros.
 
@@ -34,6 +35,10 @@ class _StoredUpdates(LocalSgdDelta):
     weights_total = None          # the step is a mean over all N stored updates, not a mean of the uploads
     table = "?"
 
+    def __init__(self, params, ctx):
+        super().__init__(params, ctx)
+        self.states.declare(self.table, keep_sum=True)                        # u_i^0 = 0; sum_i u_i kept
+
     def _arrived(self, arrivals):
         return sorted((a for a in arrivals if a.steps > 0), key=lambda a: a.client)
 
@@ -49,8 +54,7 @@ class Mifa(_StoredUpdates):
         if arr:
             self.states.put_rows(self.table, [a.client for a in arr],
                                  torch.stack([a.vectors[0] for a in arr]))     # u_i <- Delta_i
-        u = self.states.table(self.table)
-        self.x = self.x + self.p.server_lr * u.mean(0)                         # steps also when S^t = {}
+        self.x = self.x + self.p.server_lr * self.states.mean(self.table)     # steps also when S^t = {}
         return Aggregation({a.client: 1.0 / N for a in arr})
 
 
@@ -63,11 +67,10 @@ class FedVarp(_StoredUpdates):
         arr = self._arrived(arrivals)
         if not arr:
             return Aggregation()                                               # lineage: no step
-        u = self.states.table(self.table)
         ids = [a.client for a in arr]
         D = torch.stack([a.vectors[0] for a in arr])
-        ubar = u.mean(0)                                                       # before replacing (4.1)
-        v = ubar + (D - u[ids]).mean(0)                                        # Alg. 1: SAGA-type estimate
+        ubar = self.states.mean(self.table)                                    # before replacing (4.1)
+        v = ubar + (D - self.states.rows(self.table, ids)).mean(0)             # Alg. 1: SAGA-type estimate
         self.states.put_rows(self.table, ids, D)                               # u_i <- Delta_i
         self.x = self.x + self.p.server_lr * v
         return Aggregation({c: 1.0 / len(ids) for c in ids})

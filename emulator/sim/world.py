@@ -287,15 +287,19 @@ class World:
         return task.evaluate(task.algorithm.global_params(), task.buffers)
 
     def client_state_summary(self) -> dict:
-        """Per-client algorithm state (algorithms/state.py): bytes now and at peak, per kind."""
-        out = {"client_state_bytes": 0, "client_state_peak_bytes": 0, "client_state_kinds": {}}
+        """Per-client algorithm state (algorithms/state.py, docs/client-state.md): bytes held
+        now and at peak, what a dense [N, d] store would hold, per kind, rows written per kind."""
+        out = {"client_state_bytes": 0, "client_state_peak_bytes": 0, "client_state_dense_bytes": 0,
+               "client_state_kinds": {}, "client_state_rows": {}}
         for t in self.tasks:
             st = t.algorithm.ctx.states
             s = st.summary()
             out["client_state_bytes"] += s["client_state_bytes"]
             out["client_state_peak_bytes"] += st.peak_bytes
-            for k, v in s["client_state_kinds"].items():
-                out["client_state_kinds"][k if len(self.tasks) == 1 else f"{t.index}:{k}"] = v
+            out["client_state_dense_bytes"] += s["client_state_dense_bytes"]
+            for part in ("client_state_kinds", "client_state_rows"):
+                for k, v in s[part].items():
+                    out[part][k if len(self.tasks) == 1 else f"{t.index}:{k}"] = v
         return out
 
     def check_finite(self, task: Task, round_: int, train_loss: float) -> None:
