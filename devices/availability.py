@@ -28,6 +28,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from . import limits
+
 NEVER = math.inf
 
 
@@ -205,14 +207,21 @@ class RoundTraceAvailability(_PerRound):
         table, last = {}, 0
         with open(path, newline="") as f:
             r = csv.DictReader(f)
-            if not {"round", "client", "available"} <= set(r.fieldnames or ()):
-                raise ValueError(f"{path}: needs columns round, client, available")
-            for line in r:
-                rd = int(line["round"])
+            limits.require_columns(path, r.fieldnames, ("round", "client", "available"))
+            for n, line in limits.rows(path, r):
+                try:
+                    rd = int(line["round"])
+                except ValueError:
+                    rd = 0
+                if not 1 <= rd <= 10**9:
+                    raise limits.TraceError(f"{path} {limits.where(n)}: round {line['round']!r} is not a round number "
+                                            "(an integer from 1)")
                 last = max(last, rd)
                 table.setdefault(line["client"], set())
                 if str(line["available"]).strip().lower() in ("1", "true", "yes"):
                     table[line["client"]].add(rd)
+        if not any(table.values()):
+            raise limits.TraceError(f"{path}: no client is ever available (no row with available 1, true or yes)")
         return table, last
 
     def bind(self, members, rngs, labels=None):
@@ -349,16 +358,17 @@ def read_interval_trace(path) -> dict:
     periods: dict = {}
     with open(path, newline="") as f:
         r = csv.DictReader(f)
-        if not {"client", "start", "end"} <= set(r.fieldnames or ()):
-            raise ValueError(f"{path}: needs columns client, start, end (and optionally period)")
-        has_period = "period" in (r.fieldnames or ())
-        for line in r:
-            s, e = float(line["start"]), float(line["end"])
+        limits.require_columns(path, r.fieldnames, ("client", "start", "end"))
+        has_period = "period" in r.fieldnames
+        for n, line in limits.rows(path, r):
+            s, e = limits.number(path, n, "start", line["start"]), limits.number(path, n, "end", line["end"])
             if e < s:
-                raise ValueError(f"{path}: interval ends before it starts (client {line['client']}: {s} > {e})")
+                raise limits.TraceError(f"{path} {limits.where(n)}: the interval ends before it starts ({s:g} > {e:g})")
             rows.setdefault(line["client"], []).append((s, e))
             if has_period and line.get("period") not in (None, ""):
-                periods[line["client"]] = float(line["period"])
+                periods[line["client"]] = limits.number(path, n, "period", line["period"])
+    if not any(e > s for iv in rows.values() for s, e in iv):
+        raise limits.TraceError(f"{path}: no client is ever online (every interval is empty)")
     out = {}
     for c, iv in rows.items():
         iv.sort()

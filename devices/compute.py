@@ -20,6 +20,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from . import limits
+
 FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
 
@@ -396,15 +398,12 @@ def read_step_trace(path) -> dict:
     rows: dict = {}
     with open(path, newline="") as f:
         r = csv.DictReader(f)
-        cols = set(r.fieldnames or ())
-        kind = next((k for k in ("step_time", "sample_time", "speed") if k in cols), None)
-        if not {"client", "start"} <= cols or kind is None:
-            raise ValueError(f"{path}: needs columns client, start and one of step_time, sample_time, speed")
-        for line in r:
-            v = float(line[kind])
-            if not v > 0:
-                raise ValueError(f"{path}: {kind} must be > 0 (client {line['client']}, start {line['start']})")
-            rows.setdefault(line["client"], []).append((float(line["start"]), v))
+        kinds = ("step_time", "sample_time", "speed")
+        limits.require_columns(path, r.fieldnames, ("client", "start"), kinds)
+        kind = next(k for k in kinds if k in r.fieldnames)
+        for n, line in limits.rows(path, r):
+            start = limits.number(path, n, "start", line["start"])
+            rows.setdefault(line["client"], []).append((start, limits.number(path, n, kind, line[kind])))
     out = {}
     for c, lst in rows.items():
         lst.sort()

@@ -12,12 +12,10 @@
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import re
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
@@ -25,16 +23,14 @@ from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, Val
 
 from . import fleet, registry
 from .errors import ScenarioError
+from devices import limits
+
+from .quantities import FiniteParams
 from .registry import Params
-
-# Which key selects the component in each kind of block, and its default when absent.
-TAG_KEY = {"compute": "model", "availability": "model", "network": "model", "selection": "model"}
-TAG_DEFAULT = {"network": "link", "executor": "sequential"}
-_TAGGED: dict[str, type] = {}   # "kind:name" -> member model class
-
-
-def _tag_key(kind: str) -> str:
-    return TAG_KEY.get(kind, "name")
+from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
+from .tags import TAGGED as _TAGGED
+from .tags import tag_key as _tag_key
+from .validation_errors import explain, format_path  # noqa: F401  (format_path: re-exported)
 
 
 def _shorthand(kind: str):
@@ -114,7 +110,7 @@ def schema() -> type:
         algorithm: Optional[dict] = Field(None, description="multi-model runs: this model's overrides of the algorithm block (e.g. {lr: 0.01})")
         local_steps: Optional[int] = Field(None, ge=1, description="multi-model runs: this model's local steps per round (default: the protocol's)")
 
-    class Group(Params):
+    class Group(FiniteParams):
         """A device class: how many clients, how fast they compute, their links and availability."""
         name: str = Field(description="group name")
         fraction: Optional[float] = Field(None, gt=0, le=1, description="share of clients.count (fractions sum to 1)")
@@ -148,13 +144,13 @@ def schema() -> type:
                 raise ValueError(f"group names must be distinct, got {names}")
             return groups
 
-    class Run(Params):
+    class Run(FiniteParams):
         """When the run stops and how often it evaluates."""
         rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
-        virtual_time: Optional[float] = Field(None, gt=0, description="or a virtual-time budget in seconds")
+        virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds (finite: virtual time keeps its resolution up to 1e9 s)")
         eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
         eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
-        eval_every_seconds: Optional[float] = Field(None, gt=0, description="or at the first aggregation at or after every multiple of this many virtual seconds")
+        eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
         target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
 
         @model_validator(mode="after")
@@ -163,10 +159,10 @@ def schema() -> type:
                 raise ValueError("give `rounds` or `virtual_time` (or both: whichever comes first)")
             return self
 
-    class NetworkSettings(Params):
+    class NetworkSettings(FiniteParams):
         """Fleet-wide network: message accounting, shared links."""
-        bytes_per_param: int = Field(4, ge=1, description="bytes per parameter on the wire (float32: 4)")
-        overhead_bytes: int = Field(0, ge=0, description="bytes added to every message (headers)")
+        bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
+        overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
         compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
         server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
         topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
@@ -278,13 +274,6 @@ def apply_overrides(raw: dict, overrides) -> dict:
     if problems:
         raise ScenarioError(problems)
     return raw
-
-
-def format_path(keys) -> str:
-    s = ""
-    for k in keys:
-        s += f"[{k}]" if isinstance(k, int) else (f".{k}" if s else str(k))
-    return s
 
 
 def read_yaml(path) -> dict:
@@ -425,159 +414,3 @@ def _tag_first(x):
 
 def to_yaml(sc: BaseModel) -> str:
     return yaml.safe_dump(dump(sc), sort_keys=False, default_flow_style=None, width=100)
-
-
-# --------------------------------------------------------------------------- error messages
-def _short(v, n=60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
-def _closest(word, options):
-    m = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
-    return f"; did you mean {m[0]!r}?" if m else ""
-
-
-def _model_at(S, loc):
-    """The pydantic model class validating the mapping at `loc` (None if unknown)."""
-    cur: Any = S
-    for k in loc:
-        if isinstance(k, str) and ":" in k and k in _TAGGED:
-            cur = _TAGGED[k]
-            continue
-        if isinstance(k, int):
-            continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or k not in cur.model_fields:
-            return None
-        cur = _first_model(cur.model_fields[k].annotation)
-    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
-
-
-def _first_model(ann):
-    """The first model class inside an annotation (a tagged union's member is then
-    replaced by the one its tag in the error location names)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for a in typing.get_args(ann):
-        m = _first_model(a)
-        if m is not None:
-            return m
-    return None
-
-
-def _without_plain_tags(S, loc) -> list:
-    """`loc` without the tags pydantic puts after a plain discriminated union (protocol.wait's
-    `mode`: an error in `{mode: deadline}` is located at wait.deadline.seconds); users never
-    write them. Registry unions ('kind:name' tags) are left to the caller."""
-    out, cur, tags = [], S, None
-    for k in loc:
-        if tags is not None:
-            member, tags = tags.get(k) if isinstance(k, str) else None, None
-            if member is not None:
-                cur = member
-                continue
-        out.append(k)
-        if isinstance(k, str) and k in _TAGGED:
-            cur = _TAGGED[k]
-            continue
-        if isinstance(k, int):                   # a list item: the same model goes on
-            continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or k not in cur.model_fields:
-            cur = None
-            continue
-        f = cur.model_fields[k]
-        disc = f.discriminator if isinstance(f.discriminator, str) else None
-        cur = _first_model(f.annotation)
-        if disc:
-            tags = {}
-            for m in _members(f.annotation):
-                t = m.model_fields.get(disc)
-                for v in (typing.get_args(t.annotation) if t is not None else ()):
-                    if isinstance(v, str):
-                        tags[v] = m
-    return out
-
-
-def _members(ann):
-    """The model classes inside an annotation (a union's members)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        yield ann
-    for a in typing.get_args(ann):
-        yield from _members(a)
-
-
-def explain(err: ValidationError, raw, S) -> list:
-    problems = []
-    for e in err.errors():
-        loc = _without_plain_tags(S, list(e["loc"]))
-        clean = [k for k in loc if not (isinstance(k, str) and (k in _TAGGED or k == "__never__"
-                                                                 or k.startswith(("function-", "tagged-union"))))]
-        path = format_path(clean)
-        typ = e["type"]
-        ctx = e.get("ctx") or {}
-        if typ == "union_tag_invalid" and ":" not in str(ctx.get("tag", "")):
-            key = str(ctx.get("discriminator", "'name'")).strip("'")
-            problems.append((f"{path}.{key}" if path else key,
-                             f"unknown {key} {ctx.get('tag')!r}; known: {ctx.get('expected_tags')}"))
-        elif typ == "union_tag_invalid":
-            tag = str(ctx.get("tag", ""))
-            kind, _, name = tag.partition(":")
-            known = sorted(registry.table(kind)) if kind in registry.KINDS else []
-            key = _tag_key(kind)
-            problems.append((f"{path}.{key}" if path else key,
-                             f"unknown {registry.KINDS.get(kind, kind).split(' (')[0][:-1] if kind in registry.KINDS else 'name'} "
-                             f"{name!r}; known: {', '.join(known)}{_closest(name, known)}"))
-        elif typ == "union_tag_not_found" and not isinstance(e.get("input"), dict):
-            problems.append((path, f"expected a mapping, got {_short(e.get('input'))}"))
-        elif typ == "union_tag_not_found":
-            kind = _kind_of(S, clean)
-            if kind:
-                known, key = sorted(registry.table(kind)), _tag_key(kind)
-            else:                      # a plain discriminated union (protocol.wait: mode)
-                key = str(ctx.get("discriminator", "'name'")).strip("'")
-                known = _tags_at(S, loc, key)
-            problems.append((f"{path}.{key}", f"missing `{key}`; one of: {', '.join(known)}"))
-        elif typ == "extra_forbidden":
-            parent = _model_at(S, loc[:-1])
-            allowed = [k for k in (parent.model_fields if parent else {})]
-            extra = f"; allowed here: {', '.join(allowed)}{_closest(loc[-1], allowed)}" if allowed else ""
-            problems.append((path, f"unknown key (value {_short(e.get('input'))}){extra}"))
-        elif typ == "missing":
-            problems.append((path, "required field missing"))
-        elif typ == "model_type" or typ == "dict_type":
-            problems.append((path, f"expected a mapping, got {_short(e.get('input'))}"))
-        else:
-            msg = e["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
-            inp = e.get("input")
-            got = "" if isinstance(inp, dict) else f" (got {_short(inp)})"
-            problems.append((path, f"{msg}{got}"))
-    # one message per (path, text)
-    seen, out = set(), []
-    for p in problems:
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
-
-
-def _tags_at(S, loc, key) -> list:
-    """The values the tag `key` may take in the union at `loc` (its members' literals)."""
-    parent = _model_at(S, loc[:-1])
-    f = parent.model_fields.get(loc[-1]) if parent is not None else None
-    out = []
-    for m in _members(f.annotation if f is not None else None):
-        tag = m.model_fields.get(key)
-        if tag is not None:
-            out += [v for v in typing.get_args(tag.annotation) if isinstance(v, str)]
-    return out
-
-
-def _kind_of(S, loc):
-    """Which registry kind the union at `loc` belongs to."""
-    last = loc[-1] if loc else None
-    names = {"dataset": "dataset", "partition": "partition", "model": "model", "algorithm": "algorithm",
-             "protocol": "protocol", "compute": "compute", "availability": "availability",
-             "network": "network", "select": "selection", "executor": "executor"}
-    return names.get(last)

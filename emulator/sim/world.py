@@ -177,13 +177,16 @@ class World:
             members = np.arange(start, start + n)
             start += n
             ctx = GroupContext(members=members, labels=None if labels is None else labels[members], base_dir=base)
+            block = "compute"             # the block whose model refused: named in the error
             try:
                 compute = registry.get("compute", g.compute.model).factory(g.compute, ctx)
+                block = "network"
                 link = registry.get("network", g.network.model).factory(g.network, ctx)
+                block = "availability"
                 avail = registry.get("availability", g.availability.model).factory(g.availability, ctx)
                 avail.bind(members, _GroupRngs(self.streams, gi), ctx.labels)
             except ValueError as e:
-                raise ScenarioError([(f"clients.groups[{gi}]", str(e))])
+                raise ScenarioError([(f"clients.groups[{gi}].{block}", str(e))])
             self.groups.append(g)
             self.availabilities.append(avail)
             works: dict = {}           # one Work per (model, batch): shared by the clients it fits
