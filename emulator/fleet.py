@@ -6,7 +6,7 @@ label histograms) where a model needs one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -221,7 +221,7 @@ register("selection", "reshuffled_cyclic", CyclicParams,
 
 
 class BiasedParams(FiniteParams):
-    p: Optional[Union[float, list]] = Field(None, description="probability per client (one number or a list of N)")
+    p: Optional[Union[float, list[float]]] = Field(None, description="probability per client (one number or a list of N)")
     start: Optional[float] = Field(None, ge=0, le=1, description="or a staircase: p_i = max(floor, start - step*floor(i/every))")
     step: float = Field(0.0, ge=0, description="staircase step")
     every: int = Field(1, ge=1, description="clients per stair")
