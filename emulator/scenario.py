@@ -147,7 +147,7 @@ def schema() -> type:
     class Run(FiniteParams):
         """When the run stops and how often it evaluates."""
         rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
-        virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds (finite: virtual time keeps its resolution up to 1e9 s)")
+        virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds")
         eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
         eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
         eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
