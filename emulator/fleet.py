@@ -97,7 +97,7 @@ register("compute", "exponential", ExponentialParams, "step time ~ Exponential(m
 
 class IterationsParams(FiniteParams):
     fixed: Optional[int] = Field(None, ge=0, le=10**9, description="iterations per period (T-SFL Cases 1, 2)")
-    mean: Optional[float] = Field(None, ge=0, le=1e9, description="or floor(N(mean, std)) redrawn every round (T-SFL Case 3)")
+    mean: Optional[float] = Field(None, ge=-1e9, le=1e9, description="or floor(N(mean, std)) redrawn every round (T-SFL Case 3)")
     std: float = Field(0.0, ge=0, le=1e9, description="standard deviation of the draw")
     period: float = seconds(1.0, description="seconds the iterations take (the T-SFL interval length)")
 
@@ -258,9 +258,9 @@ register("selection", "sequence", SequenceParams, "a given sequence of client se
 # ============================================================================ group extras and fleet-wide network
 class EnergyParams(FiniteParams):
     """Power draw of a device group; energy per client per round goes to clients.csv `energy_j`."""
-    compute_watts: float = Field(ge=0, description="watts while computing")
-    transmit_watts: float = Field(ge=0, description="watts while sending or receiving")
-    idle_watts: float = Field(0.0, ge=0, description="watts while online and idle")
+    compute_watts: float = Field(ge=0, le=1e6, description="watts while computing")
+    transmit_watts: float = Field(ge=0, le=1e6, description="watts while sending or receiving")
+    idle_watts: float = Field(0.0, ge=0, le=1e6, description="watts while online and idle")
 
 
 class ServerLinkParams(FiniteParams):
