@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import event, given, reject, strategies as st
+from hypothesis import assume, event, given, reject, strategies as st
 
 from fuzz import checks
-from fuzz.hostile import broken_trace, hostile_name, hostile_npz, hostile_number, hostile_pickle
+from fuzz.hostile import (broken_trace, hostile_name, hostile_npz, hostile_number, hostile_pickle,
+                          number_candidates, with_value)
+from fuzz.malformed import fmt
 from fuzz.malformed import malformed
 from fuzz.params import NOT_DRAWN, Ctx, component, generic_components
 from fuzz.profiles import PROFILE, examples
@@ -233,7 +235,25 @@ def _refused_by_flemu_run(h, words=None):
         assert _tree(tmp) == before
 
 
-@examples(ci=12)
+@examples(ci=8)
+@given(drawn=scenarios(max_clients=12))
+def test_every_non_finite_or_extreme_number_in_a_time_model_is_refused_naming_its_path(drawn):
+    """Every numeric field of every time model of a drawn scenario, each of its hostile values
+    in turn (the Python API: one ScenarioError naming that field)."""
+    from emulator import scenario
+    from emulator.errors import ScenarioError
+    cands = number_candidates(drawn.scenario)
+    assume(cands)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = materialize(drawn, tmp)
+        for keys, bad in cands:
+            with pytest.raises(ScenarioError) as e:
+                scenario.load(with_value(raw, keys, bad))
+            assert [p for p, _ in e.value.problems] == [fmt(keys)], (bad, e.value.problems)
+    event(f"{len(cands)} hostile values")
+
+
+@examples(ci=6)
 @given(h=hostile_number(scenarios(max_clients=12)))
 def test_a_non_finite_or_extreme_number_in_a_time_model_exits_2_naming_its_path(h):
     event(f"hostile number at {h.path.split('.')[-1]}")

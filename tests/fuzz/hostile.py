@@ -73,11 +73,9 @@ def _extremes(field, kind) -> list:
     return out
 
 
-@st.composite
-def hostile_number(draw, valid) -> Hostile:
+def number_candidates(raw) -> list:
+    """(keys, hostile value) for every numeric field of a time model in the scenario `raw`."""
     from emulator import scenario
-    d = draw(valid)
-    raw = copy.deepcopy(d.scenario)
     cands = []
     for n in walk(raw, scenario.schema()):
         if not n.field or not _time_model_leaf(n.keys):
@@ -85,14 +83,26 @@ def hostile_number(draw, valid) -> Hostile:
         f = n.model.model_fields[n.field]
         kind = _scalar_type(f.annotation)
         if kind in ("int", "float"):
-            cands += [(n, v) for v in (*NONFINITE, *_extremes(f, kind))]
+            cands += [(n.keys, v) for v in (*NONFINITE, *_extremes(f, kind))]
         elif n.field == "p" and f.annotation is typing.Any:
-            cands += [(n, {"uniform": [math.nan, 1.0]}), (n, {"beta": [-1.0, 2.0]}), (n, {"beta": [1.0, math.inf]}),
-                      (n, [0.5, math.nan]), (n, -0.5)]
+            cands += [(n.keys, v) for v in ({"uniform": [math.nan, 1.0]}, {"beta": [-1.0, 2.0]},
+                                            {"beta": [1.0, math.inf]}, [0.5, math.nan], -0.5)]
+    return cands
+
+
+def with_value(raw, keys, value) -> dict:
+    out = copy.deepcopy(raw)
+    _set(out, keys, value)
+    return out
+
+
+@st.composite
+def hostile_number(draw, valid) -> Hostile:
+    d = draw(valid)
+    cands = number_candidates(d.scenario)
     assume(cands)
-    n, bad = draw(st.sampled_from(cands))
-    _set(raw, n.keys, bad)
-    return Hostile(Drawn(raw, d.files), fmt(n.keys), f"{n.value!r} -> {bad!r}")
+    keys, bad = draw(st.sampled_from(cands))
+    return Hostile(Drawn(with_value(d.scenario, keys, bad), d.files), fmt(keys), f"-> {bad!r}")
 
 
 TRACE_MODELS = {("compute", "trace"), ("network", "link_trace"), ("availability", "trace"),
