@@ -21,14 +21,13 @@ clients' label histograms (for label-dependent participation, FedSUM spec P2).
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
-from . import limits
+from .trace_files import read_interval_trace, read_round_trace  # noqa: F401  (read_interval_trace: re-exported)
 
 NEVER = math.inf
 
@@ -202,27 +201,7 @@ class RoundTraceAvailability(_PerRound):
     repeat: bool = True
     name: str = "round_trace"
 
-    @staticmethod
-    def read(path) -> tuple:
-        table, last = {}, 0
-        with open(path, newline="") as f:
-            r = csv.DictReader(f)
-            limits.require_columns(path, r.fieldnames, ("round", "client", "available"))
-            for n, line in limits.rows(path, r):
-                try:
-                    rd = int(line["round"])
-                except ValueError:
-                    rd = 0
-                if not 1 <= rd <= 10**9:
-                    raise limits.TraceError(f"{path} {limits.where(n)}: round {line['round']!r} is not a round number "
-                                            "(an integer from 1)")
-                last = max(last, rd)
-                table.setdefault(line["client"], set())
-                if str(line["available"]).strip().lower() in ("1", "true", "yes"):
-                    table[line["client"]].add(rd)
-        if not any(table.values()):
-            raise limits.TraceError(f"{path}: no client is ever available (no row with available 1, true or yes)")
-        return table, last
+    read = staticmethod(read_round_trace)
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -349,37 +328,6 @@ class DiurnalAvailability(_Timeline):
                 return NEVER
         self._k[c] = (j, not state)
         return (j - k) * self.slot
-
-
-def read_interval_trace(path) -> dict:
-    """CSV with columns client, start, end (online intervals, seconds) and optionally period
-    (the trace repeats with that period, FedScale's finish_time). -> {client: (starts, ends, period)}."""
-    rows: dict = {}
-    periods: dict = {}
-    with open(path, newline="") as f:
-        r = csv.DictReader(f)
-        limits.require_columns(path, r.fieldnames, ("client", "start", "end"))
-        has_period = "period" in r.fieldnames
-        for n, line in limits.rows(path, r):
-            s, e = limits.number(path, n, "start", line["start"]), limits.number(path, n, "end", line["end"])
-            if e < s:
-                raise limits.TraceError(f"{path} {limits.where(n)}: the interval ends before it starts ({s:g} > {e:g})")
-            rows.setdefault(line["client"], []).append((s, e))
-            if has_period and line.get("period") not in (None, ""):
-                periods[line["client"]] = limits.number(path, n, "period", line["period"])
-    if not any(e > s for iv in rows.values() for s, e in iv):
-        raise limits.TraceError(f"{path}: no client is ever online (every interval is empty)")
-    out = {}
-    for c, iv in rows.items():
-        iv.sort()
-        merged = []
-        for s, e in iv:
-            if merged and s <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-            else:
-                merged.append((s, e))
-        out[c] = ([s for s, _ in merged], [e for _, e in merged], periods.get(c))
-    return out
 
 
 @dataclass

@@ -13,14 +13,13 @@ explicitly, does.
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from . import limits
+from .trace_files import read_step_trace  # noqa: F401  (re-exported)
 
 FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
@@ -389,26 +388,6 @@ DEVICE_PROFILES = {
     "edge_gpu": 300.0,
     "datacenter_gpu": 10_000.0,
 }
-
-
-def read_step_trace(path) -> dict:
-    """CSV with columns client, start and step_time (seconds per step) or sample_time
-    (seconds per sample of a training step) or speed (steps per second): the value holds
-    from `start` until the client's next row. Returns {trace client: (starts, kind, values)}."""
-    rows: dict = {}
-    with open(path, newline="") as f:
-        r = csv.DictReader(f)
-        kinds = ("step_time", "sample_time", "speed")
-        limits.require_columns(path, r.fieldnames, ("client", "start"), kinds)
-        kind = next(k for k in kinds if k in r.fieldnames)
-        for n, line in limits.rows(path, r):
-            start = limits.number(path, n, "start", line["start"])
-            rows.setdefault(line["client"], []).append((start, limits.number(path, n, kind, line[kind])))
-    out = {}
-    for c, lst in rows.items():
-        lst.sort()
-        out[c] = ([s for s, _ in lst], kind, [v for _, v in lst])
-    return out
 
 
 @dataclass

@@ -172,13 +172,4 @@ def import_fedscale(capacity=None, behaviour=None, out_dir=".") -> dict:
     return written
 
 
-def read_links(path) -> dict:
-    """client -> (up_mbps, down_mbps) from a links CSV (bandwidths within limits.MBPS)."""
-    out = {}
-    with open(path, newline="") as f:
-        r = csv.DictReader(f)
-        limits.require_columns(path, r.fieldnames, ("client", "up_mbps", "down_mbps"))
-        for n, line in limits.rows(path, r):
-            out[line["client"]] = (limits.number(path, n, "up_mbps", line["up_mbps"]),
-                                   limits.number(path, n, "down_mbps", line["down_mbps"]))
-    return out
+from .trace_files import read_links  # noqa: E402,F401  (re-exported)

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from devices import availability as av
+from devices.trace_files import read_interval_trace, read_round_trace
 
 from .quantities import FiniteParams, seconds, table, trace_file
 from .registry import register
@@ -96,11 +97,11 @@ register("availability", "markov", MarkovParams,
 class RoundTraceParams(FiniteParams):
     path: str = Field(description="CSV: round, client, available (e.g. a run's clients.csv)")
     repeat: bool = Field(True, description="wrap around after the trace's last round")
-    _f = field_validator("path")(trace_file(av.RoundTraceAvailability.read))
+    _f = field_validator("path")(trace_file(read_round_trace))
 
 
 def _round_trace(p, ctx=None):
-    tab, last = table(av.RoundTraceAvailability.read, p.path)
+    tab, last = table(read_round_trace, p.path)
     return av.RoundTraceAvailability(table=tab, last_round=last, repeat=p.repeat)
 
 
@@ -142,8 +143,8 @@ register("availability", "diurnal", DiurnalParams,
 class TraceParams(FiniteParams):
     path: str = Field(description="CSV: client, start, end [, period] online intervals (seconds)")
     repeat: bool = Field(True, description="repeat each client's trace with its period")
-    _f = field_validator("path")(trace_file(av.read_interval_trace))
+    _f = field_validator("path")(trace_file(read_interval_trace))
 
 
 register("availability", "trace", TraceParams, "continuous time: replay online intervals from a CSV",
-         lambda p, ctx=None: av.TraceAvailability(trace=table(av.read_interval_trace, p.path), repeat=p.repeat))
+         lambda p, ctx=None: av.TraceAvailability(trace=table(read_interval_trace, p.path), repeat=p.repeat))

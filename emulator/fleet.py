@@ -15,7 +15,7 @@ from devices import compute as cm
 from devices import limits as L
 from devices import network as nw
 from devices import selection as sel
-from devices.traces import read_links
+from devices.trace_files import read_links, read_step_trace
 
 from . import availability_params  # noqa: F401  (registers the availability models)
 from .quantities import FiniteParams, MaybeSeconds, bandwidth, seconds, table, trace_file
@@ -134,11 +134,11 @@ class ComputeTraceParams(FiniteParams):
     path: str = Field(description="CSV: client, start, and step_time | sample_time | speed (each row within "
                                   "devices/limits.py's ranges)")
 
-    _f = field_validator("path")(trace_file(cm.read_step_trace))
+    _f = field_validator("path")(trace_file(read_step_trace))
 
 
 def _compute_trace(p, ctx):
-    return cm.TraceCompute(trace=table(cm.read_step_trace, p.path), members=list(ctx.members))
+    return cm.TraceCompute(trace=table(read_step_trace, p.path), members=list(ctx.members))
 
 
 register("compute", "trace", ComputeTraceParams, "replay per-client step times or speeds over time from a CSV",

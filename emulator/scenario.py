@@ -30,6 +30,7 @@ from .registry import Params
 from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
 from .tags import TAGGED as _TAGGED
 from .tags import tag_key as _tag_key
+from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
 from .validation_errors import explain, format_path  # noqa: F401  (format_path: re-exported)
 
 
@@ -83,9 +84,52 @@ def _batch_size(v):
     return v
 
 
-@functools.lru_cache(maxsize=None)
-def schema() -> type:
-    """Build (once) the Scenario model from the registries."""
+class Run(FiniteParams):
+    """When the run stops and how often it evaluates."""
+    rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
+    virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds")
+    eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
+    eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
+    eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
+    target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
+
+    @model_validator(mode="after")
+    def _stop(self):
+        if self.rounds is None and self.virtual_time is None:
+            raise ValueError("give `rounds` or `virtual_time` (or both: whichever comes first)")
+        return self
+
+class NetworkSettings(FiniteParams):
+    """Fleet-wide network: message accounting, shared links."""
+    bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
+    overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
+    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
+    server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
+    topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
+
+
+def _check_group_sizes(groups, count):
+    """Every group has a fraction (summing to 1) or every group a count (summing to
+    clients.count); group names are distinct."""
+    fr = [g.fraction for g in groups]
+    ct = [g.count for g in groups]
+    if all(f is not None for f in fr) and all(c is None for c in ct):
+        if abs(sum(fr) - 1.0) > 1e-9:
+            raise ValueError(f"group fractions sum to {sum(fr):g}; they must sum to 1")
+    elif all(c is not None for c in ct) and all(f is None for f in fr):
+        if count is not None and sum(ct) != count:
+            raise ValueError(f"group counts sum to {sum(ct)}; they must sum to clients.count = {count}")
+    else:
+        raise ValueError("give every group either a `fraction` or a `count` (the same kind for all groups)")
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"group names must be distinct, got {names}")
+    return groups
+
+
+def _unions() -> dict:
+    """"<Kind>Spec" -> the tagged union of every registered component of that kind (device
+    models and selection first: protocol parameters reference them)."""
     registry.load_all()
     ns = {f"{k.title()}Spec": None for k in registry.KINDS}
     # unions first for device models and selection (protocol params reference them)
@@ -99,7 +143,13 @@ def schema() -> type:
     for kind in registry.KINDS:
         if ns.get(f"{kind.title()}Spec") is None:
             ns[f"{kind.title()}Spec"] = tagged(kind)
-    T = ns
+    return ns
+
+
+@functools.lru_cache(maxsize=None)
+def schema() -> type:
+    """Build (once) the Scenario model from the registries."""
+    T = _unions()
 
     class Workload(Params):
         """One model's workload: dataset, partition, model, batch size."""
@@ -128,44 +178,7 @@ def schema() -> type:
         @field_validator("groups")
         @classmethod
         def _sizes(cls, groups, info):
-            count = info.data.get("count")
-            fr = [g.fraction for g in groups]
-            ct = [g.count for g in groups]
-            if all(f is not None for f in fr) and all(c is None for c in ct):
-                if abs(sum(fr) - 1.0) > 1e-9:
-                    raise ValueError(f"group fractions sum to {sum(fr):g}; they must sum to 1")
-            elif all(c is not None for c in ct) and all(f is None for f in fr):
-                if count is not None and sum(ct) != count:
-                    raise ValueError(f"group counts sum to {sum(ct)}; they must sum to clients.count = {count}")
-            else:
-                raise ValueError("give every group either a `fraction` or a `count` (the same kind for all groups)")
-            names = [g.name for g in groups]
-            if len(set(names)) != len(names):
-                raise ValueError(f"group names must be distinct, got {names}")
-            return groups
-
-    class Run(FiniteParams):
-        """When the run stops and how often it evaluates."""
-        rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
-        virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds")
-        eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
-        eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
-        eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
-        target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
-
-        @model_validator(mode="after")
-        def _stop(self):
-            if self.rounds is None and self.virtual_time is None:
-                raise ValueError("give `rounds` or `virtual_time` (or both: whichever comes first)")
-            return self
-
-    class NetworkSettings(FiniteParams):
-        """Fleet-wide network: message accounting, shared links."""
-        bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
-        overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
-        compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
-        server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
-        topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
+            return _check_group_sizes(groups, info.data.get("count"))
 
     class Output(Params):
         """Where and what the run writes."""
@@ -329,73 +342,6 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
     if problems:
         raise ScenarioError(problems, source=src)
     return sc
-
-
-def algorithm_for(sc, index: int):
-    """The algorithm block of model `index`: the scenario's, with the workload's overrides."""
-    wl = sc.workload_list[index]
-    if not wl.algorithm:
-        return sc.algorithm
-    merged = {**sc.algorithm.model_dump(), **wl.algorithm}
-    merged["name"] = sc.algorithm.name
-    return type(sc.algorithm).model_validate(merged)
-
-
-def cross_check(sc) -> list:
-    """Checks across blocks, each located at the YAML path of the field to change:
-    the algorithm runs under the protocol, several workloads only under a multi-model
-    protocol, selection and wait counts within the fleet, topology attachments name groups."""
-    problems = []
-    algo = registry.get("algorithm", sc.algorithm.name).factory
-    proto = sc.protocol.name
-    if proto not in algo.supports:
-        problems.append(("algorithm.name", f"algorithm {sc.algorithm.name!r} does not run under protocol.name "
-                                           f"{proto!r}; it supports: {', '.join(sorted(algo.supports))}"))
-    if sc.workloads is not None and not getattr(registry.get("protocol", proto).factory, "multi_model", False):
-        multi = sorted(n for n, e in registry.table("protocol").items() if getattr(e.factory, "multi_model", False))
-        allowed = f"protocols that train several models: {', '.join(multi)}" if multi else \
-            "no protocol trains several models yet"
-        problems.append(("workloads", f"{len(sc.workloads)} workloads given, but protocol.name {proto!r} trains one "
-                                      f"model (use `workload:`); {allowed}"))
-    for i, wl in enumerate(sc.workloads or []):
-        if wl.algorithm is not None:                   # the merged block must validate
-            try:
-                algorithm_for(sc, i)
-            except ValidationError as e:
-                for loc, msg in explain(e, dict(wl.algorithm), type(sc.algorithm)):
-                    problems.append((f"workloads[{i}].algorithm.{loc}" if loc else f"workloads[{i}].algorithm", msg))
-    if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
-        problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
-    n = sc.clients.count
-    sel = getattr(sc.protocol, "select", None)
-    k = getattr(sel, "k", None)
-    if k is not None and k > n:
-        problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
-    sets = getattr(sel, "sets", None)
-    if sets is not None and any(c >= n for s in sets for c in s):
-        problems.append(("protocol.select.sets", f"client ids must be below clients.count = {n}"))
-    p = getattr(sel, "p", None)
-    if isinstance(p, list) and len(p) != n:
-        problems.append(("protocol.select.p", f"{len(p)} probabilities for clients.count = {n} clients"))
-    wait = getattr(sc.protocol, "wait", None)
-    wk = getattr(wait, "k", None)
-    if wk is not None and wk > n:
-        problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
-    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (multimodel.md A5)
-    M = len(sc.workload_list)
-    if assignment in ("mfa_rand", "mfa_rr") and M > 1 and not sc.protocol.allow_unequal_groups:
-        K = sc.protocol.k if sc.protocol.k is not None else n
-        if K % M:
-            problems.append(("protocol.k" if sc.protocol.k is not None else "clients.count",
-                             f"{K} clients per round do not split into {M} equal groups (one per model); "
-                             f"set protocol.allow_unequal_groups: true for sizes that differ by one"))
-    topo = sc.network.topology
-    if topo is not None:
-        groups = {g.name for g in sc.clients.groups}
-        unknown = sorted(set(topo.attach) - groups)
-        if unknown:
-            problems.append(("network.topology.attach", f"names unknown groups {unknown}; groups are {sorted(groups)}"))
-    return problems
 
 
 def dump(sc: BaseModel) -> dict:
