@@ -284,12 +284,15 @@ def test_hostile_npz_arrays_are_one_error_naming_the_dataset_path(case):
     from emulator.workloads import datasets as D
     arrays, how, words = case
     event(f"npz: {how}")
+    from conftest import tiny
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "d.npz"
         np.savez(f, **arrays)
         ctx = D.DatasetContext(num_clients=2, rng_data=np.random.default_rng(0), rng_split=np.random.default_rng(1))
+        sc = tiny()
+        sc["workload"]["dataset"] = {"name": "npz", "path": str(f)}
         with pytest.raises(ScenarioError) as e:
-            D.npz(scenario.member("dataset", "npz", path=str(f)), ctx)
+            D.npz(scenario.load(sc).workload.dataset, ctx)       # validation, then the feature values
     [(path, msg)] = e.value.problems
     assert path == "workload.dataset.path" and str(f) in msg and words in msg, msg
 

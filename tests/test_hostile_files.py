@@ -136,28 +136,56 @@ NPZ = [
      "test samples have shape (10, 10), training samples (8, 8): they must match"),
     ("empty test set", dict(x_test=X8[:0], y_test=Y[:0]), "x_test has shape (0, 8, 8); needs at least one sample"),
     ("float labels", dict(y_train=Y + 0.5), "y_train must hold whole class numbers (dtype float64)"),
-    ("nan features", dict(x_train=np.full((20, 4), np.nan)), "x_train must hold finite numbers"),
+    ("nan features", dict(x_train=np.where(np.arange(X8.size).reshape(X8.shape) == 7, np.nan, X8 / 255.0)),
+     "x_train must hold finite numbers"),
     ("labels and samples differ", dict(y_test=Y[:4]), "4 test labels for 5 test samples"),
 ]
 
 
+def _npz_scenario(f, **dataset):
+    sc = tiny()
+    sc["workload"]["dataset"] = {"name": "npz", "path": str(f), **dataset}
+    return sc
+
+
+def _load_and_build(sc):
+    """Validate (names, shapes, dtypes, labels), then build the data (feature values)."""
+    loaded = scenario.load(sc)
+    D.npz(loaded.workload.dataset, ctx())
+
+
 @pytest.mark.parametrize("change,words", [c[1:] for c in NPZ], ids=[c[0] for c in NPZ])
 def test_a_broken_npz_is_one_error_naming_the_path(tmp_path, change, words):
-    arrays = dict(x_train=X8, y_train=Y, x_test=X8[:5], y_test=Y[:5], **{})
+    arrays = dict(x_train=X8, y_train=Y, x_test=X8[:5], y_test=Y[:5])
     arrays.update(change)
+    f = tmp_path / "d.npz"
+    np.savez(f, **arrays)
     with pytest.raises(ScenarioError) as e:
-        _npz(tmp_path, **arrays)
+        _load_and_build(_npz_scenario(f))
     [(where, msg)] = e.value.problems
-    assert where == "workload.dataset.path" and msg.startswith(f"{tmp_path / 'd.npz'}: {words}"), msg
+    assert where == "workload.dataset.path" and msg.startswith(f"{f}: {words}"), msg
+
+
+def test_npz_problems_are_reported_with_the_scenario_s_other_problems(tmp_path):
+    """The arrays are checked when the scenario validates (not when the run builds its data):
+    a label of 1e9 and `lr: -1` are one error."""
+    f = tmp_path / "d.npz"
+    np.savez(f, x_train=X8, y_train=np.r_[10 ** 9, Y[1:]], x_test=X8[:5], y_test=Y[:5])
+    sc = _npz_scenario(f)
+    sc["algorithm"]["lr"] = -1
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(sc)
+    assert [p for p, _ in e.value.problems] == ["workload.dataset.path", "algorithm.lr"]
+    assert "y_train holds labels from 0 to 1e+09" in e.value.problems[0][1]
 
 
 def test_a_file_that_is_not_a_zip_is_refused(tmp_path):
     f = tmp_path / "d.npz"
     f.write_bytes(b"\x80\x04not a zip")
     with pytest.raises(ScenarioError) as e:
-        D.npz(scenario.member("dataset", "npz", path=str(f)), ctx())
-    assert e.value.problems == [("workload.dataset.path", f"{f} is not an .npz file (a zip of .npy arrays, "
-                                                            "as np.savez writes)")]
+        scenario.load(_npz_scenario(f))
+    assert e.value.problems == [("workload.dataset.path", f"cannot read {f}: not an .npz file (a zip of .npy "
+                                                            "arrays, as np.savez writes)")]
 
 
 def test_2d_features_load_and_normalize_false_keeps_them_as_given(tmp_path):

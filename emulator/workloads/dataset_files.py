@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import zipfile
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -64,39 +65,95 @@ def mnist_idx(p: MnistIdxParams, ctx: DatasetContext) -> FederatedData:
     return _images("mnist_idx", xtr, ytr, xte, yte, p.normalize, p.max_train, ctx)
 
 
+MAX_CLASSES = 10_000       # labels are class indices 0 .. MAX_CLASSES - 1
+MAX_SAMPLES = 10 ** 9
+NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
 class NpzParams(Params):
-    path: str = Field(description=".npz with x_train, y_train, x_test, y_test (Keras layout)")
-    normalize: bool = Field(True, description="standardise per channel with the training set's mean/std")
+    path: str = Field(description=".npz with x_train, y_train, x_test, y_test (Keras layout); features (N, D) or "
+                                  "images; labels whole class numbers 0 .. 9999")
+    normalize: bool = Field(True, description="standardise per channel (images) or per feature with the training set's mean/std")
     max_train: Optional[int] = Field(None, ge=1, description="use a seeded random subset of this many training samples")
 
     _file = field_validator("path")(_resolve_file)
 
+    @field_validator("path")
+    @classmethod
+    def _contents(cls, v):
+        """Everything about the arrays that needs no feature values (names, shapes, dtypes,
+        labels) is checked when the scenario validates, with its other problems."""
+        problems = npz_contents(v)[1]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
-MAX_CLASSES = 10_000       # labels are class indices 0 .. MAX_CLASSES - 1
+
+@dataclass
+class ArrayHeader:
+    """An array of an .npz as its .npy header gives it (shape, dtype), its data unread."""
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+
+def _header(f) -> ArrayHeader:
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(f)
+    return ArrayHeader(tuple(shape), dtype)
+
+
+def npz_contents(path) -> tuple:
+    """({x_*: ArrayHeader, y_*: labels array}, problems), reading no feature value."""
+    if not zipfile.is_zipfile(path):
+        return None, [f"cannot read {path}: not an .npz file (a zip of .npy arrays, as np.savez writes)"]
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            missing = [k for k in NPZ_KEYS if f"{k}.npy" not in names]
+            if missing:
+                return None, [f"{path} lacks arrays {missing}; needs x_train, y_train, x_test, y_test"]
+            out = {}
+            for k in NPZ_KEYS:
+                with z.open(f"{k}.npy") as f:
+                    out[k] = _header(f)
+            for k in ("y_train", "y_test"):
+                h = out[k]
+                if h.dtype.hasobject or int(np.prod(h.shape)) > MAX_SAMPLES:
+                    return None, [f"{path}: {k} has shape {h.shape}, dtype {h.dtype}; labels are whole class numbers, "
+                                  "one per sample"]
+                with z.open(f"{k}.npy") as f:
+                    out[k] = np.lib.format.read_array(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        return None, [f"cannot read {path} as .npz (a zip of .npy arrays, np.savez): {e}"]
+    return out, [f"{path}: {m}" for m in _npz_problems(out["x_train"], out["y_train"], out["x_test"], out["y_test"])]
 
 
 @register("dataset", "npz", NpzParams,
           "arrays x_train, y_train, x_test, y_test from a user .npz (CIFAR-10, SVHN, tabular features, ...)")
 def npz(p: NpzParams, ctx: DatasetContext) -> FederatedData:
     where = f"{ctx.path}.path"
-    if not zipfile.is_zipfile(p.path):
-        raise ScenarioError([(where, f"{p.path} is not an .npz file (a zip of .npy arrays, as np.savez writes)")])
-    try:
+    problems = npz_contents(p.path)[1]
+    if not problems:
         with np.load(p.path, allow_pickle=False) as z:
-            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
-            if missing:
-                raise ScenarioError([(where, f"{p.path} lacks arrays {missing}; needs x_train, y_train, x_test, y_test")])
-            xtr, ytr, xte, yte = (z[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as e:
-        raise ScenarioError([(where, f"cannot read {p.path} as .npz (a zip of .npy arrays, np.savez): {e}")])
-    problems = [(where, f"{p.path}: {m}") for m in _npz_problems(xtr, ytr, xte, yte)]
+            xtr, ytr, xte, yte = (z[k] for k in NPZ_KEYS)
+        problems = [f"{p.path}: x_{n} must hold finite numbers" for x, n in ((xtr, "train"), (xte, "test"))
+                    if x.dtype.kind == "f" and not np.isfinite(x).all()]
     if problems:
-        raise ScenarioError(problems)
+        raise ScenarioError([(where, m) for m in problems])
     return _images("npz", xtr, ytr.reshape(-1), xte, yte.reshape(-1), p.normalize, p.max_train, ctx)
 
 
 def _npz_problems(xtr, ytr, xte, yte) -> list:
-    """What is wrong with a user's arrays (all of it): sizes, shapes, labels, values."""
+    """What is wrong with a user's arrays (all of it) that shows without the feature values:
+    sizes, shapes, dtypes, labels."""
     out = []
     for x, y, name in ((xtr, ytr, "train"), (xte, yte, "test")):
         if x.ndim < 2 or x.ndim > 4 or not len(x):
@@ -104,10 +161,10 @@ def _npz_problems(xtr, ytr, xte, yte) -> list:
                        "(N, H, W), (N, H, W, C) or (N, C, H, W)")
         if y.size != len(x):
             out.append(f"{y.size} {name} labels for {len(x)} {name} samples")
-        if x.dtype.kind not in "uif" or (x.dtype.kind == "f" and not np.isfinite(x).all()):
+        if x.dtype.kind not in "uif":
             out.append(f"x_{name} must hold finite numbers (dtype {x.dtype})")
         out += _label_problems(y, name)
-    if not out and _nchw(xtr).shape[1:] != _nchw(xte).shape[1:]:
+    if not out and _layout(xtr.shape)[1:] != _layout(xte.shape)[1:]:
         out.append(f"test samples have shape {xte.shape[1:]}, training samples {xtr.shape[1:]}: they must match")
     return out
 
@@ -121,12 +178,25 @@ def _label_problems(y, name) -> list:
     return []
 
 
+def _channels_last(shape) -> bool:
+    return len(shape) == 4 and shape[-1] in (1, 3, 4) and shape[1] not in (1, 3, 4)
+
+
+def _layout(shape) -> tuple:
+    """The shape `_nchw` gives an array of `shape`."""
+    if len(shape) == 3:
+        return (shape[0], 1, *shape[1:])
+    if _channels_last(shape):
+        return (shape[0], shape[3], shape[1], shape[2])
+    return tuple(shape)
+
+
 def _nchw(x):
     """(N, D) features stay as they are; images (N,H,W) / (N,H,W,C) / (N,C,H,W) -> (N,C,H,W)."""
     x = np.asarray(x)
     if x.ndim == 3:
         return x[:, None]
-    if x.ndim == 4 and x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
+    if _channels_last(x.shape):
         return np.transpose(x, (0, 3, 1, 2))
     return x
 
