@@ -213,3 +213,16 @@ def test_a_valid_probability_distribution_survives_the_dump(tmp_path):
     sc["clients"]["groups"][0]["availability"] = {"model": "bernoulli", "p": {"uniform": [0.25, 1]}}
     again = scenario.load(yaml.safe_load(scenario.to_yaml(scenario.load(sc))))
     assert again.clients.groups[0].availability.p == {"uniform": [0.25, 1]}
+
+
+def test_a_run_past_the_resolved_horizon_stalls_with_the_reason(run_in):
+    """Each duration within its bounds, but a round of 5 x 4e8 s steps ends at 2e9 s, past the
+    1e9 s up to which float64 seconds resolve 1e-6 s: the run stops `stalled`, keeping round 1."""
+    sc = tiny(**{"run.rounds": 3})
+    sc["clients"]["groups"][0]["compute"] = {"model": "constant", "step_time": 4e8}
+    res = run_in(sc)
+    s = res.summary
+    assert (s["status"], s["rounds"]) == ("stalled", 1)
+    assert s["message"].startswith("virtual time 2e+09 s passed 1e+09 s")
+    link = 0.01 + 2600 * 8 / 10e6                  # latency + logreg's 650 float32 parameters at 10 Mbit/s
+    assert res.metrics["virtual_time"].tolist() == [0.0, pytest.approx(5 * 4e8 + 2 * link, abs=1e-6)]

@@ -13,6 +13,8 @@ import numpy as np
 import simpy
 import torch
 
+from devices import limits
+
 from .. import registry
 from ..algorithms.base import AlgoContext
 from ..compute.executor import ClientRows, TaskData, pick_device
@@ -218,6 +220,10 @@ class World:
 
     def should_stop(self) -> bool:
         r = self.sc.run
+        if self.env.now > limits.MAX_SECONDS and self.status == "running":
+            self.stall(f"virtual time {self.env.now:g} s passed {limits.MAX_SECONDS:g} s: beyond it float64 seconds "
+                       f"no longer resolve the shortest durations ({limits.MIN_SECONDS:g} s); give fewer "
+                       "run.rounds or shorter times")
         if r.rounds is None and self.status == "running":
             if self.env.now > self._still_at:
                 self._still_at, self._still = self.env.now, 0
