@@ -2,7 +2,9 @@
 models must run to a documented status, keep every invariant (emulator/invariants.py in the
 run, tests/fuzz/checks.py on the files), replay exactly from their config.yaml and give the same
 records under the sequential and batched executors; a valid scenario with one field broken
-must exit 2 from `flemu run` with one message naming its path, and write nothing.
+must exit 2 from `flemu run` with one message naming its path, and write nothing; so must
+hostile input (tests/fuzz/hostile.py: non-finite and extreme numbers in every time-model field,
+broken trace files and paths, hostile names; broken .npz arrays and FedScale pickles likewise).
 
 `make test` runs a few derandomized examples of each property; `make fuzz` runs thousands
 (HYPOTHESIS_PROFILE=fuzz, tests/fuzz/profiles.py) with hypothesis's example database, so a
@@ -23,7 +25,7 @@ import yaml
 from hypothesis import assume, event, given, reject, strategies as st
 
 from fuzz import checks
-from fuzz.hostile import (broken_trace, hostile_name, hostile_npz, hostile_number, hostile_pickle,
+from fuzz.hostile import (broken_trace, hostile_name, hostile_npz, hostile_number, hostile_path, hostile_pickle,
                           number_candidates, with_value)
 from fuzz.malformed import fmt
 from fuzz.malformed import malformed
@@ -266,6 +268,13 @@ def test_a_broken_trace_file_exits_2_naming_the_file(h):
     name = h.detail.split(":")[0]
     event(f"broken trace: {h.detail.split(': ')[1]}")
     _refused_by_flemu_run(h, words=name)
+
+
+@examples(ci=5)
+@given(h=hostile_path(scenarios(max_clients=12)))
+def test_a_hostile_trace_path_exits_2_naming_it(h):
+    event(f"trace path {h.detail}")
+    _refused_by_flemu_run(h)
 
 
 @examples(ci=4)

@@ -135,10 +135,30 @@ def broken_trace(draw, valid) -> Hostile:
     text = d.files[name]
     header = text.splitlines()[0].split(",")
     numeric = [i for i, c in enumerate(header) if c not in ("client", "available")]
-    how = draw(st.sampled_from(["header only", "short row", "nan", "inf", "-inf", "-1", "1e400", "fast"]))
+    how = draw(st.sampled_from(["header only", "short row", "nan", "inf", "-inf", "-1", "1e400", "fast", "not utf-8"]))
     files = dict(d.files)
-    files[name] = _break_csv(text, how, draw(st.sampled_from(numeric)))
+    files[name] = (text.encode() + b"\xff\xfe\xfa,1,1\n" if how == "not utf-8"
+                   else _break_csv(text, how, draw(st.sampled_from(numeric))))
     return Hostile(Drawn(d.scenario, files), f"clients.groups[{gi}].{block}.path", f"{name}: {how}")
+
+
+HOSTILE_PATHS = (".", "@file:empty.csv", "no/such/file.csv", "nul\x00byte.csv", "")
+
+
+@st.composite
+def hostile_path(draw, valid) -> Hostile:
+    """A trace's `path` naming a folder (the working directory), an empty file, nothing that
+    exists, or a name with a NUL."""
+    d = draw(valid)
+    cands = [(gi, block) for gi, g in enumerate(d.scenario["clients"]["groups"]) for block in ("compute", "network",
+             "availability") if isinstance(g.get(block), dict) and "path" in g[block]]
+    assume(cands)
+    gi, block = draw(st.sampled_from(cands))
+    raw = copy.deepcopy(d.scenario)
+    bad = draw(st.sampled_from(HOSTILE_PATHS))
+    raw["clients"]["groups"][gi][block]["path"] = bad
+    files = {**d.files, "empty.csv": ""}
+    return Hostile(Drawn(raw, files), f"clients.groups[{gi}].{block}.path", repr(bad))
 
 
 @st.composite
