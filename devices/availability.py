@@ -21,12 +21,13 @@ clients' label histograms (for label-dependent participation, FedSUM spec P2).
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
+
+from .trace_files import read_interval_trace, read_round_trace  # noqa: F401  (read_interval_trace: re-exported)
 
 NEVER = math.inf
 
@@ -200,20 +201,7 @@ class RoundTraceAvailability(_PerRound):
     repeat: bool = True
     name: str = "round_trace"
 
-    @staticmethod
-    def read(path) -> tuple:
-        table, last = {}, 0
-        with open(path, newline="") as f:
-            r = csv.DictReader(f)
-            if not {"round", "client", "available"} <= set(r.fieldnames or ()):
-                raise ValueError(f"{path}: needs columns round, client, available")
-            for line in r:
-                rd = int(line["round"])
-                last = max(last, rd)
-                table.setdefault(line["client"], set())
-                if str(line["available"]).strip().lower() in ("1", "true", "yes"):
-                    table[line["client"]].add(rd)
-        return table, last
+    read = staticmethod(read_round_trace)
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -340,36 +328,6 @@ class DiurnalAvailability(_Timeline):
                 return NEVER
         self._k[c] = (j, not state)
         return (j - k) * self.slot
-
-
-def read_interval_trace(path) -> dict:
-    """CSV with columns client, start, end (online intervals, seconds) and optionally period
-    (the trace repeats with that period, FedScale's finish_time). -> {client: (starts, ends, period)}."""
-    rows: dict = {}
-    periods: dict = {}
-    with open(path, newline="") as f:
-        r = csv.DictReader(f)
-        if not {"client", "start", "end"} <= set(r.fieldnames or ()):
-            raise ValueError(f"{path}: needs columns client, start, end (and optionally period)")
-        has_period = "period" in (r.fieldnames or ())
-        for line in r:
-            s, e = float(line["start"]), float(line["end"])
-            if e < s:
-                raise ValueError(f"{path}: interval ends before it starts (client {line['client']}: {s} > {e})")
-            rows.setdefault(line["client"], []).append((s, e))
-            if has_period and line.get("period") not in (None, ""):
-                periods[line["client"]] = float(line["period"])
-    out = {}
-    for c, iv in rows.items():
-        iv.sort()
-        merged = []
-        for s, e in iv:
-            if merged and s <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-            else:
-                merged.append((s, e))
-        out[c] = ([s for s, _ in merged], [e for _, e in merged], periods.get(c))
-    return out
 
 
 @dataclass

@@ -13,12 +13,13 @@ explicitly, does.
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from .trace_files import read_step_trace  # noqa: F401  (re-exported)
 
 FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
@@ -387,29 +388,6 @@ DEVICE_PROFILES = {
     "edge_gpu": 300.0,
     "datacenter_gpu": 10_000.0,
 }
-
-
-def read_step_trace(path) -> dict:
-    """CSV with columns client, start and step_time (seconds per step) or sample_time
-    (seconds per sample of a training step) or speed (steps per second): the value holds
-    from `start` until the client's next row. Returns {trace client: (starts, kind, values)}."""
-    rows: dict = {}
-    with open(path, newline="") as f:
-        r = csv.DictReader(f)
-        cols = set(r.fieldnames or ())
-        kind = next((k for k in ("step_time", "sample_time", "speed") if k in cols), None)
-        if not {"client", "start"} <= cols or kind is None:
-            raise ValueError(f"{path}: needs columns client, start and one of step_time, sample_time, speed")
-        for line in r:
-            v = float(line[kind])
-            if not v > 0:
-                raise ValueError(f"{path}: {kind} must be > 0 (client {line['client']}, start {line['start']})")
-            rows.setdefault(line["client"], []).append((float(line["start"]), v))
-    out = {}
-    for c, lst in rows.items():
-        lst.sort()
-        out[c] = ([s for s, _ in lst], kind, [v for _, v in lst])
-    return out
 
 
 @dataclass

@@ -20,8 +20,16 @@ Output:
 from __future__ import annotations
 
 import csv
+import io
+import math
 import pickle
+import pickletools
 from pathlib import Path
+
+from . import limits
+
+MAX_PICKLE_BYTES = 2 ** 31       # FedScale's largest trace is a few hundred MB
+MAX_DEPTH = 16                   # FedScale's records are 3 deep (id -> record -> list)
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -34,77 +42,134 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def safe_load(path):
+    """A FedScale pickle, read safely: at most MAX_PICKLE_BYTES; every opcode scanned first
+    (pickletools, reading from memory), so a length field that claims more bytes than the file
+    holds is refused before anything is allocated; then unpickled with no globals, and its
+    nesting held to MAX_DEPTH. Any breach: one TraceError naming the file."""
+    size = Path(path).stat().st_size
+    if size > MAX_PICKLE_BYTES:
+        raise limits.TraceError(f"{path}: {size} bytes; a FedScale trace pickle is at most {MAX_PICKLE_BYTES}")
     with open(path, "rb") as f:
-        return RestrictedUnpickler(f).load()
+        data = f.read()
+    try:
+        for _ in pickletools.genops(io.BytesIO(data)):
+            pass
+        obj = RestrictedUnpickler(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, ValueError, EOFError, MemoryError, KeyError, IndexError,
+            TypeError, AttributeError, OverflowError) as e:
+        raise limits.TraceError(f"{path}: not a FedScale trace pickle ({type(e).__name__}: {e})") from None
+    _check_plain(obj, str(path))
+    return obj
 
 
 def _check_plain(x, where="trace"):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            _check_plain(k, where)
-            _check_plain(v, where)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            _check_plain(v, where)
-    elif not isinstance(x, (str, bytes, int, float, bool, type(None))):
-        raise ValueError(f"{where}: unexpected {type(x).__name__}")
+    """Only plain data, nested at most MAX_DEPTH deep (an explicit stack: no recursion)."""
+    stack = [(x, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise limits.TraceError(f"{where}: nested more than {MAX_DEPTH} deep; a FedScale trace is a "
+                                    "dict of per-client records")
+        if isinstance(v, dict):
+            stack.extend((y, depth + 1) for kv in v.items() for y in kv)
+        elif isinstance(v, (list, tuple)):
+            stack.extend((y, depth + 1) for y in v)
+        elif not isinstance(v, (str, bytes, int, float, bool, type(None))):
+            raise limits.TraceError(f"{where}: unexpected {type(v).__name__}")
+
+
+def _field(rec, key, cid, where):
+    if not isinstance(rec, dict) or key not in rec:
+        raise limits.TraceError(f"{where}: client {cid!r} has no {key!r}")
+    return rec[key]
+
+
+def _finite(v, what, cid, where) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x):
+        raise limits.TraceError(f"{where}: client {cid!r} has {what} {v!r}; a finite number is needed")
+    return x
+
+
+def capacity_rows(data: dict, where="device capacity") -> list:
+    """(client, sample_time s, mbps) of every client with positive capacities, checked
+    before anything is written."""
+    if not isinstance(data, dict):
+        raise limits.TraceError(f"{where}: a dict of client -> record expected, got {type(data).__name__}")
+    out = []
+    for cid in sorted(data, key=lambda k: (str(type(k)), k)):
+        rec = data[cid]
+        ms = _finite(_field(rec, "computation", cid, where), "computation", cid, where)
+        kbps = _finite(_field(rec, "communication", cid, where), "communication", cid, where)
+        if ms > 0 and kbps > 0:
+            out.append((cid, 3.0 * ms / 1000.0, kbps / 1000.0))
+    return out
 
 
 def convert_capacity(data: dict, out_compute, out_links) -> int:
-    _check_plain(data, "device capacity")
-    n = 0
+    rows = capacity_rows(data)
     with open(out_compute, "w", newline="") as fc, open(out_links, "w", newline="") as fl:
         wc, wl = csv.writer(fc), csv.writer(fl)
         wc.writerow(["client", "start", "sample_time"])
         wl.writerow(["client", "up_mbps", "down_mbps"])
-        for cid in sorted(data, key=lambda k: (str(type(k)), k)):
-            rec = data[cid]
-            ms, kbps = float(rec["computation"]), float(rec["communication"])
-            if ms <= 0 or kbps <= 0:
-                continue
-            wc.writerow([cid, 0, 3.0 * ms / 1000.0])
-            wl.writerow([cid, kbps / 1000.0, kbps / 1000.0])
-            n += 1
-    return n
+        for cid, sample_time, mbps in rows:
+            wc.writerow([cid, 0, sample_time])
+            wl.writerow([cid, mbps, mbps])
+    return len(rows)
+
+
+def behaviour_rows(data: dict, where="behaviour trace") -> tuple:
+    """((client, start, end, period) of every non-empty interval, clients), checked first."""
+    if not isinstance(data, dict):
+        raise limits.TraceError(f"{where}: a dict of client -> record expected, got {type(data).__name__}")
+    out = []
+    for cid in sorted(data, key=lambda k: (str(type(k)), k)):
+        rec = data[cid]
+        act, inact = _field(rec, "active", cid, where), _field(rec, "inactive", cid, where)
+        if not isinstance(act, (list, tuple)) or not isinstance(inact, (list, tuple)):
+            raise limits.TraceError(f"{where}: client {cid!r}: active and inactive are lists of times")
+        period = rec.get("finish_time")
+        period = None if period is None else _finite(period, "finish_time", cid, where)
+        for s, e in zip(act, inact):
+            s, e = _finite(s, "an active time", cid, where), _finite(e, "an inactive time", cid, where)
+            if e > s:
+                out.append((cid, s, e, "" if period is None else period))
+    return out, len(data)
 
 
 def convert_behaviour(data: dict, out_avail) -> int:
-    _check_plain(data, "behaviour trace")
-    n = 0
+    rows, n = behaviour_rows(data)
     with open(out_avail, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["client", "start", "end", "period"])
-        for cid in sorted(data, key=lambda k: (str(type(k)), k)):
-            rec = data[cid]
-            act, inact = list(rec["active"]), list(rec["inactive"])
-            period = rec.get("finish_time")
-            for s, e in zip(act, inact):
-                if e > s:
-                    w.writerow([cid, float(s), float(e), "" if period is None else float(period)])
-            n += 1
+        w.writerows(rows)
     return n
 
 
 def import_fedscale(capacity=None, behaviour=None, out_dir=".") -> dict:
-    """Convert FedScale pickles; returns the paths written."""
+    """Convert FedScale pickles; returns the paths written. Both files are read and checked
+    before anything is written."""
+    cap = safe_load(capacity) if capacity is not None else None
+    beh = safe_load(behaviour) if behaviour is not None else None
+    if cap is not None:
+        capacity_rows(cap, str(capacity))
+    if beh is not None:
+        behaviour_rows(beh, str(behaviour))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    if capacity is not None:
+    if cap is not None:
         c, l = out / "compute_trace.csv", out / "links.csv"
-        written["clients_capacity"] = convert_capacity(safe_load(capacity), c, l)
+        written["clients_capacity"] = convert_capacity(cap, c, l)
         written["compute_trace"], written["links"] = str(c), str(l)
-    if behaviour is not None:
+    if beh is not None:
         a = out / "availability_trace.csv"
-        written["clients_behaviour"] = convert_behaviour(safe_load(behaviour), a)
+        written["clients_behaviour"] = convert_behaviour(beh, a)
         written["availability_trace"] = str(a)
     return written
 
 
-def read_links(path) -> dict:
-    """client -> (up_mbps, down_mbps) from a links CSV."""
-    out = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            out[r["client"]] = (float(r["up_mbps"]), float(r["down_mbps"]))
-    return out
+from .trace_files import read_links  # noqa: E402,F401  (re-exported)

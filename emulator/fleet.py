@@ -6,16 +6,19 @@ label histograms) where a model needs one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import numpy as np
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from devices import availability as av
 from devices import compute as cm
+from devices import limits as L
 from devices import network as nw
 from devices import selection as sel
+from devices.trace_files import read_links, read_step_trace
 
+from . import availability_params  # noqa: F401  (registers the availability models)
+from .quantities import FiniteParams, MaybeSeconds, bandwidth, seconds, table, trace_file
 from .registry import Params, register
 
 Redraw = Literal["step", "round", "client"]
@@ -29,28 +32,16 @@ class GroupContext:
     base_dir: Optional[str] = None
 
 
-def _file(v: str, info: ValidationInfo) -> str:
-    from .workloads.datasets import _resolve_file
-    return _resolve_file(v, info)
-
-
-def _wrap_value_error(fn, *args, **kw):
-    try:
-        return fn(*args, **kw)
-    except (ValueError, OSError) as e:
-        raise ValueError(str(e)) from None
-
-
 # ============================================================================ compute
-class ConstantParams(Params):
-    step_time: float = Field(gt=0, description="virtual seconds per local step")
+class ConstantParams(FiniteParams):
+    step_time: float = seconds(description="virtual seconds per local step")
 
 
 register("compute", "constant", ConstantParams, "every step takes step_time seconds",
          lambda p, ctx=None: cm.ConstantCompute(p.step_time))
 
 
-class InstantParams(Params):
+class InstantParams(FiniteParams):
     pass
 
 
@@ -58,9 +49,9 @@ register("compute", "instant", InstantParams, "local steps take no virtual time 
          lambda p, ctx=None: cm.InstantCompute())
 
 
-class LognormalParams(Params):
-    mean_step_time: float = Field(gt=0, description="mean seconds per step")
-    sigma: float = Field(gt=0, description="log-space standard deviation")
+class LognormalParams(FiniteParams):
+    mean_step_time: float = seconds(description="mean seconds per step")
+    sigma: float = Field(gt=0, le=L.MAX_SIGMA, description="log-space standard deviation")
     redraw: Redraw = Field("round", description=REDRAW_DOC)
 
 
@@ -68,10 +59,10 @@ register("compute", "lognormal", LognormalParams, "step time ~ LogNormal with th
          lambda p, ctx=None: cm.LognormalCompute(redraw=p.redraw, mean_step_time=p.mean_step_time, sigma=p.sigma))
 
 
-class NormalParams(Params):
-    mean_step_time: float = Field(gt=0, description="mean seconds per step")
-    std: float = Field(gt=0, description="standard deviation")
-    floor: float = Field(1e-3, gt=0, description="draws below this are redrawn (positive floor)")
+class NormalParams(FiniteParams):
+    mean_step_time: float = seconds(description="mean seconds per step")
+    std: float = Field(gt=0, le=L.MAX_SECONDS, description="standard deviation")
+    floor: float = seconds(1e-3, description="draws below this are redrawn (positive floor)")
     redraw: Redraw = Field("round", description=REDRAW_DOC)
 
 
@@ -79,9 +70,9 @@ register("compute", "normal", NormalParams, "step time ~ Normal(mean, std) trunc
          lambda p, ctx=None: cm.NormalCompute(redraw=p.redraw, mean_step_time=p.mean_step_time, std=p.std, floor=p.floor))
 
 
-class UniformParams(Params):
-    low: float = Field(gt=0, description="shortest step time")
-    high: float = Field(gt=0, description="longest step time")
+class UniformParams(FiniteParams):
+    low: float = seconds(description="shortest step time")
+    high: float = seconds(description="longest step time")
     redraw: Redraw = Field("round", description=REDRAW_DOC)
 
     @model_validator(mode="after")
@@ -95,8 +86,8 @@ register("compute", "uniform", UniformParams, "step time ~ Uniform(low, high)",
          lambda p, ctx=None: cm.UniformCompute(redraw=p.redraw, low=p.low, high=p.high))
 
 
-class ExponentialParams(Params):
-    mean_step_time: float = Field(gt=0, description="mean seconds per step")
+class ExponentialParams(FiniteParams):
+    mean_step_time: float = seconds(description="mean seconds per step")
     redraw: Redraw = Field("round", description=REDRAW_DOC)
 
 
@@ -104,11 +95,11 @@ register("compute", "exponential", ExponentialParams, "step time ~ Exponential(m
          lambda p, ctx=None: cm.ExponentialCompute(redraw=p.redraw, mean_step_time=p.mean_step_time))
 
 
-class IterationsParams(Params):
-    fixed: Optional[int] = Field(None, ge=0, description="iterations per period (T-SFL Cases 1, 2)")
-    mean: Optional[float] = Field(None, description="or floor(N(mean, std)) redrawn every round (T-SFL Case 3)")
-    std: float = Field(0.0, ge=0, description="standard deviation of the draw")
-    period: float = Field(1.0, gt=0, description="seconds the iterations take (the T-SFL interval length)")
+class IterationsParams(FiniteParams):
+    fixed: Optional[int] = Field(None, ge=0, le=10**9, description="iterations per period (T-SFL Cases 1, 2)")
+    mean: Optional[float] = Field(None, ge=-1e9, le=1e9, description="or floor(N(mean, std)) redrawn every round (T-SFL Case 3)")
+    std: float = Field(0.0, ge=0, le=1e9, description="standard deviation of the draw")
+    period: float = seconds(1.0, description="seconds the iterations take (the T-SFL interval length)")
 
     @model_validator(mode="after")
     def _one(self):
@@ -122,10 +113,10 @@ register("compute", "iterations", IterationsParams,
          lambda p, ctx=None: cm.IterationsCompute(period=p.period, fixed=p.fixed, mean=p.mean, std=p.std))
 
 
-class FlopsParams(Params):
+class FlopsParams(FiniteParams):
     profile: Optional[Literal[tuple(cm.DEVICE_PROFILES)]] = Field(
         None, description="named device: " + ", ".join(f"{k} ({v:g} GFLOP/s)" for k, v in cm.DEVICE_PROFILES.items()))
-    gflops: Optional[float] = Field(None, gt=0, description="or an effective GFLOP/s of your own")
+    gflops: Optional[float] = Field(None, ge=1e-6, le=1e9, description="or an effective GFLOP/s of your own")
 
     @model_validator(mode="after")
     def _one(self):
@@ -139,14 +130,15 @@ register("compute", "flops", FlopsParams,
          lambda p, ctx=None: cm.FlopsCompute(gflops=p.gflops or cm.DEVICE_PROFILES[p.profile]))
 
 
-class ComputeTraceParams(Params):
-    path: str = Field(description="CSV: client, start, and step_time | sample_time | speed")
+class ComputeTraceParams(FiniteParams):
+    path: str = Field(description="CSV: client, start, and step_time | sample_time | speed (each row within "
+                                  "devices/limits.py's ranges)")
 
-    _f = field_validator("path")(_file)
+    _f = field_validator("path")(trace_file(read_step_trace))
 
 
 def _compute_trace(p, ctx):
-    return cm.TraceCompute(trace=_wrap_value_error(cm.read_step_trace, p.path), members=list(ctx.members))
+    return cm.TraceCompute(trace=table(read_step_trace, p.path), members=list(ctx.members))
 
 
 register("compute", "trace", ComputeTraceParams, "replay per-client step times or speeds over time from a CSV",
@@ -154,19 +146,19 @@ register("compute", "trace", ComputeTraceParams, "replay per-client step times o
 
 
 # ============================================================================ network links
-class LatencyParams(Params):
+class LatencyParams(FiniteParams):
     """Per-message latency of a link: fixed part plus a random jitter (devices.network.jitter_draw)."""
-    latency: float = Field(ge=0, description="one-way latency per message, seconds")
-    jitter: float = Field(0.0, ge=0, description="mean extra latency per message, seconds")
+    latency: MaybeSeconds = seconds(zero=True, description="one-way latency per message, seconds")
+    jitter: MaybeSeconds = seconds(0.0, zero=True, description="mean extra latency per message, seconds")
     jitter_dist: Literal["exponential", "uniform", "lognormal"] = Field(
         "exponential", description="jitter distribution: Exponential(mean), Uniform(0, 2 mean), LogNormal with that mean")
-    jitter_sigma: float = Field(1.0, gt=0, description="log-space spread of lognormal jitter")
+    jitter_sigma: float = Field(1.0, gt=0, le=L.MAX_SIGMA, description="log-space spread of lognormal jitter")
 
 
 class LinkParams(LatencyParams):
-    up_mbps: float = Field(gt=0, description="uplink bandwidth, Mbit/s")
-    down_mbps: float = Field(gt=0, description="downlink bandwidth, Mbit/s")
-    spread: float = Field(0.0, ge=0, description="per-client bandwidth factor ~ LogNormal(-s^2/2, s), mean 1")
+    up_mbps: float = bandwidth(description="uplink bandwidth, Mbit/s")
+    down_mbps: float = bandwidth(description="downlink bandwidth, Mbit/s")
+    spread: float = Field(0.0, ge=0, le=L.MAX_SIGMA, description="per-client bandwidth factor ~ LogNormal(-s^2/2, s), mean 1")
 
 
 register("network", "link", LinkParams,
@@ -179,128 +171,19 @@ register("network", "instant", InstantParams, "transfers take no virtual time (e
 
 class LinkTraceParams(LatencyParams):
     path: str = Field(description="CSV: client, up_mbps, down_mbps (e.g. from `flemu traces import-fedscale`)")
-    _f = field_validator("path")(_file)
+    _f = field_validator("path")(trace_file(read_links))
 
 
 def _link_trace(p, ctx):
-    from devices.traces import read_links
-    return nw.TraceLink(_wrap_value_error(read_links, p.path), list(ctx.members), p.latency, p.jitter,
+    return nw.TraceLink(table(read_links, p.path), list(ctx.members), p.latency, p.jitter,
                         p.jitter_dist, p.jitter_sigma)
 
 
 register("network", "link_trace", LinkTraceParams, "per-client bandwidths from a links CSV", _link_trace)
 
 
-# ============================================================================ availability
-class AlwaysParams(Params):
-    pass
-
-
-register("availability", "always", AlwaysParams, "always online", lambda p, ctx=None: av.AlwaysOnline())
-
-Prob = Union[float, list, dict, Literal["labels"]]
-
-
-def _check_prob(v):
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if not 0 <= v <= 1:
-            raise ValueError("a probability must be in [0, 1]")
-    elif isinstance(v, list):
-        if not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in v):
-            raise ValueError("every probability must be a number in [0, 1]")
-    elif isinstance(v, dict):
-        if len(v) != 1 or next(iter(v)) not in ("uniform", "beta") or len(next(iter(v.values()))) != 2:
-            raise ValueError("a distribution is {uniform: [lo, hi]} or {beta: [a, b]}")
-    elif v != "labels":
-        raise ValueError("give a number, a list, {uniform: [lo, hi]}, {beta: [a, b]} or 'labels'")
-    return v
-
-
-class BernoulliParams(Params):
-    p: Any = Field(description="probability online per round: number, list per client, {uniform: [lo, hi]}, "
-                               "{beta: [a, b]}, or 'labels' (FedSUM P2)")
-    _p = field_validator("p")(classmethod(lambda cls, v: _check_prob(v)))
-
-
-register("availability", "bernoulli", BernoulliParams, "online each round independently with probability p_i",
-         lambda p, ctx=None: av.BernoulliAvailability(p=p.p))
-
-
-class SineParams(Params):
-    p: Any = Field(0.5, description="base probability p_i (as bernoulli.p)")
-    amplitude: float = Field(0.3, ge=0, le=1, description="gamma_s")
-    period: float = Field(20.0, gt=0, description="period in rounds")
-    phase: float = Field(0.0, description="phase in radians")
-    _p = field_validator("p")(classmethod(lambda cls, v: _check_prob(v)))
-
-
-register("availability", "sine", SineParams,
-         "p_i(t) = p_i (a sin(2 pi t/P + phase) + 1 - a) per round (FedSUM P3)",
-         lambda p, ctx=None: av.SineAvailability(p=p.p, amplitude=p.amplitude, period=p.period, phase=p.phase))
-
-
-class MarkovParams(Params):
-    p_on_off: float = Field(gt=0, le=1, description="P(online -> offline) per round")
-    p_off_on: float = Field(gt=0, le=1, description="P(offline -> online) per round")
-
-
-register("availability", "markov", MarkovParams,
-         "two-state on/off chain per client, one step per round, stationary start",
-         lambda p, ctx=None: av.MarkovAvailability(p_on_off=p.p_on_off, p_off_on=p.p_off_on))
-
-
-class RoundTraceParams(Params):
-    path: str = Field(description="CSV: round, client, available (e.g. a run's clients.csv)")
-    repeat: bool = Field(True, description="wrap around after the trace's last round")
-    _f = field_validator("path")(_file)
-
-
-def _round_trace(p, ctx=None):
-    table, last = _wrap_value_error(av.RoundTraceAvailability.read, p.path)
-    return av.RoundTraceAvailability(table=table, last_round=last, repeat=p.repeat)
-
-
-register("availability", "round_trace", RoundTraceParams, "replay per-round availability from a CSV", _round_trace)
-
-
-class MarkovTimeParams(Params):
-    mean_on: float = Field(gt=0, description="mean online period, seconds (exponential)")
-    mean_off: float = Field(gt=0, description="mean offline period, seconds (exponential)")
-
-
-register("availability", "markov_time", MarkovTimeParams,
-         "continuous time: exponential on/off periods, stationary start; going offline interrupts work",
-         lambda p, ctx=None: av.MarkovTimeAvailability(mean_on=p.mean_on, mean_off=p.mean_off))
-
-
-class DiurnalParams(Params):
-    mean: float = Field(0.5, ge=0, le=1, description="mean probability of being online")
-    amplitude: float = Field(0.4, ge=0, le=1, description="sine amplitude of the probability")
-    period: float = Field(86400.0, gt=0, description="seconds per cycle (a day)")
-    phase: float = Field(0.0, description="phase in radians")
-    slot: float = Field(900.0, gt=0, description="seconds per on/off decision")
-    spread: float = Field(0.0, ge=0, le=1, description="per-client random shift of the cycle, as a share of the period")
-
-
-register("availability", "diurnal", DiurnalParams,
-         "continuous time: online per slot with a sine-modulated probability over a day",
-         lambda p, ctx=None: av.DiurnalAvailability(mean=p.mean, amplitude=p.amplitude, period=p.period,
-                                                    phase=p.phase, slot=p.slot, spread=p.spread))
-
-
-class TraceParams(Params):
-    path: str = Field(description="CSV: client, start, end [, period] online intervals (seconds)")
-    repeat: bool = Field(True, description="repeat each client's trace with its period")
-    _f = field_validator("path")(_file)
-
-
-register("availability", "trace", TraceParams, "continuous time: replay online intervals from a CSV",
-         lambda p, ctx=None: av.TraceAvailability(trace=_wrap_value_error(av.read_interval_trace, p.path),
-                                                  repeat=p.repeat))
-
-
 # ============================================================================ selection
-class _KOrFraction(Params):
+class _KOrFraction(FiniteParams):
     k: Optional[int] = Field(None, ge=1, description="clients per round")
     fraction: Optional[float] = Field(None, gt=0, le=1, description="or a fraction of all clients (k = ceil(fraction*N))")
 
@@ -319,7 +202,7 @@ register("selection", "uniform", UniformSelectParams, "k available clients unifo
          lambda p, ctx=None: sel.UniformSelection(k=p.k, fraction=p.fraction))
 
 
-class AllSelectParams(Params):
+class AllSelectParams(FiniteParams):
     pass
 
 
@@ -337,8 +220,8 @@ register("selection", "reshuffled_cyclic", CyclicParams,
          lambda p, ctx=None: sel.ReshuffledCyclicSelection(k=p.k, fraction=p.fraction))
 
 
-class BiasedParams(Params):
-    p: Optional[Union[float, list]] = Field(None, description="probability per client (one number or a list of N)")
+class BiasedParams(FiniteParams):
+    p: Optional[Union[float, list[float]]] = Field(None, description="probability per client (one number or a list of N)")
     start: Optional[float] = Field(None, ge=0, le=1, description="or a staircase: p_i = max(floor, start - step*floor(i/every))")
     step: float = Field(0.0, ge=0, description="staircase step")
     every: int = Field(1, ge=1, description="clients per stair")
@@ -356,7 +239,7 @@ register("selection", "biased", BiasedParams,
          lambda p, ctx=None: sel.BiasedSelection(p=p.p, start=p.start, step=p.step, every=p.every, floor=p.floor))
 
 
-class SequenceParams(Params):
+class SequenceParams(FiniteParams):
     sets: list[list[int]] = Field(min_length=1, description="client ids selected in round 1, 2, ... (0-based ids; [] = nobody)")
     repeat: bool = Field(True, description="start over after the last set (else nobody is selected)")
 
@@ -373,28 +256,28 @@ register("selection", "sequence", SequenceParams, "a given sequence of client se
 
 
 # ============================================================================ group extras and fleet-wide network
-class EnergyParams(Params):
+class EnergyParams(FiniteParams):
     """Power draw of a device group; energy per client per round goes to clients.csv `energy_j`."""
-    compute_watts: float = Field(ge=0, description="watts while computing")
-    transmit_watts: float = Field(ge=0, description="watts while sending or receiving")
-    idle_watts: float = Field(0.0, ge=0, description="watts while online and idle")
+    compute_watts: float = Field(ge=0, le=1e6, description="watts while computing")
+    transmit_watts: float = Field(ge=0, le=1e6, description="watts while sending or receiving")
+    idle_watts: float = Field(0.0, ge=0, le=1e6, description="watts while online and idle")
 
 
-class ServerLinkParams(Params):
+class ServerLinkParams(FiniteParams):
     """The server's access link, shared by every client's transfers (max-min fair)."""
-    up_mbps: float = Field(gt=0, description="capacity towards the server (client uploads), Mbit/s")
-    down_mbps: float = Field(gt=0, description="capacity from the server (downloads), Mbit/s")
-    latency: float = Field(0.0, ge=0, description="added latency, seconds")
+    up_mbps: float = bandwidth(description="capacity towards the server (client uploads), Mbit/s")
+    down_mbps: float = bandwidth(description="capacity from the server (downloads), Mbit/s")
+    latency: MaybeSeconds = seconds(0.0, zero=True, description="added latency, seconds")
 
 
-class TopologyLink(Params):
+class TopologyLink(FiniteParams):
     a: str = Field(description="node")
     b: str = Field(description="node")
-    mbps: float = Field(gt=0, description="capacity in each direction, Mbit/s")
-    latency: float = Field(0.0, ge=0, description="seconds")
+    mbps: float = bandwidth(description="capacity in each direction, Mbit/s")
+    latency: MaybeSeconds = seconds(0.0, zero=True, description="seconds")
 
 
-class TopologyParams(Params):
+class TopologyParams(FiniteParams):
     """A network between clients' access nodes and the server (networkx); transfers follow the
     lowest-latency path and share every link max-min fairly."""
     nodes: list[str] = Field(min_length=1, description="node names")
@@ -409,9 +292,15 @@ class TopologyParams(Params):
                if n not in names]
         if bad:
             raise ValueError(f"unknown node(s) {sorted(set(bad))}; nodes are {self.nodes}")
+        graph = nw.build_topology(self.nodes, [l.model_dump() for l in self.links])
+        import networkx as nx
+        cut = sorted(n for n in {*self.attach.values()} if not nx.has_path(graph, n, self.server))
+        if cut:
+            raise ValueError(f"node(s) {cut} have no path of links to the server's node {self.server!r}: "
+                             "their clients could never reach the server")
         return self
 
 
-class CompressionParams(Params):
+class CompressionParams(FiniteParams):
     up: float = Field(1.0, gt=0, le=1, description="uplink bytes are scaled by this ratio")
     down: float = Field(1.0, gt=0, le=1, description="downlink bytes are scaled by this ratio")

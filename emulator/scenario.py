@@ -12,11 +12,9 @@
 """
 from __future__ import annotations
 
-import difflib
 import re
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
@@ -24,16 +22,15 @@ from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, Val
 
 from . import fleet, registry
 from .errors import ScenarioError
+from devices import limits
+
+from .quantities import FiniteParams
 from .registry import Params
-
-# Which key selects the component in each kind of block, and its default when absent.
-TAG_KEY = {"compute": "model", "availability": "model", "network": "model", "selection": "model"}
-TAG_DEFAULT = {"network": "link", "executor": "sequential"}
-_TAGGED: dict[str, type] = {}   # "kind:name" -> member model class
-
-
-def _tag_key(kind: str) -> str:
-    return TAG_KEY.get(kind, "name")
+from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
+from .tags import TAGGED as _TAGGED
+from .tags import tag_key as _tag_key
+from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
+from .validation_errors import explain, format_path  # noqa: F401  (format_path: re-exported)
 
 
 def _shorthand(kind: str):
@@ -101,6 +98,68 @@ def _batch_size(v):
     return v
 
 
+class Run(FiniteParams):
+    """When the run stops and how often it evaluates."""
+    rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
+    virtual_time: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or a virtual-time budget in seconds")
+    eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
+    eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
+    eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
+    target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
+
+    @model_validator(mode="after")
+    def _stop(self):
+        if self.rounds is None and self.virtual_time is None:
+            raise ValueError("give `rounds` or `virtual_time` (or both: whichever comes first)")
+        return self
+
+class NetworkSettings(FiniteParams):
+    """Fleet-wide network: message accounting, shared links."""
+    bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
+    overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
+    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
+    server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
+    topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
+
+
+def _check_group_sizes(groups, count):
+    """Every group has a fraction (summing to 1) or every group a count (summing to
+    clients.count); group names are distinct."""
+    fr = [g.fraction for g in groups]
+    ct = [g.count for g in groups]
+    if all(f is not None for f in fr) and all(c is None for c in ct):
+        if abs(sum(fr) - 1.0) > 1e-9:
+            raise ValueError(f"group fractions sum to {sum(fr):g}; they must sum to 1")
+    elif all(c is not None for c in ct) and all(f is None for f in fr):
+        if count is not None and sum(ct) != count:
+            raise ValueError(f"group counts sum to {sum(ct)}; they must sum to clients.count = {count}")
+    else:
+        raise ValueError("give every group either a `fraction` or a `count` (the same kind for all groups)")
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"group names must be distinct, got {names}")
+    return groups
+
+
+def _unions() -> dict:
+    """"<Kind>Spec" -> the tagged union of every registered component of that kind (device
+    models and selection first: protocol parameters reference them)."""
+    registry.load_all()
+    ns = {f"{k.title()}Spec": None for k in registry.KINDS}
+    # unions first for device models and selection (protocol params reference them)
+    for kind in ("compute", "availability", "network", "selection"):
+        for e in registry.table(kind).values():
+            e.params.model_rebuild(force=True)
+        ns[f"{kind.title()}Spec"] = tagged(kind)
+    for kind in registry.KINDS:
+        for e in registry.table(kind).values():
+            e.params.model_rebuild(force=True, _types_namespace=ns)
+    for kind in registry.KINDS:
+        if ns.get(f"{kind.title()}Spec") is None:
+            ns[f"{kind.title()}Spec"] = tagged(kind, ns)
+    return ns
+
+
 _SCHEMA: dict = {}      # registry generation -> Scenario model
 
 
@@ -120,19 +179,8 @@ schema.cache_clear = _SCHEMA.clear     # type: ignore[attr-defined]  (the old lr
 
 
 def _build_schema() -> type:
-    ns = {f"{k.title()}Spec": None for k in registry.KINDS}
-    # unions first for device models and selection (protocol params reference them)
-    for kind in ("compute", "availability", "network", "selection"):
-        for e in registry.table(kind).values():
-            e.params.model_rebuild(force=True)
-        ns[f"{kind.title()}Spec"] = tagged(kind)
-    for kind in registry.KINDS:
-        for e in registry.table(kind).values():
-            e.params.model_rebuild(force=True, _types_namespace=ns)
-    for kind in registry.KINDS:
-        if ns.get(f"{kind.title()}Spec") is None:
-            ns[f"{kind.title()}Spec"] = tagged(kind, ns)
-    T = ns
+    """The Scenario model of the registries as they are now."""
+    T = _unions()
 
     class Workload(Params):
         """One model's workload: dataset, partition, model, batch size."""
@@ -143,7 +191,7 @@ def _build_schema() -> type:
         algorithm: Optional[dict] = Field(None, description="multi-model runs: this model's overrides of the algorithm block (e.g. {lr: 0.01})")
         local_steps: Optional[int] = Field(None, ge=1, description="multi-model runs: this model's local steps per round (default: the protocol's)")
 
-    class Group(Params):
+    class Group(FiniteParams):
         """A device class: how many clients, how fast they compute, their links and availability."""
         name: str = Field(description="group name")
         fraction: Optional[float] = Field(None, gt=0, le=1, description="share of clients.count (fractions sum to 1)")
@@ -161,44 +209,7 @@ def _build_schema() -> type:
         @field_validator("groups")
         @classmethod
         def _sizes(cls, groups, info):
-            count = info.data.get("count")
-            fr = [g.fraction for g in groups]
-            ct = [g.count for g in groups]
-            if all(f is not None for f in fr) and all(c is None for c in ct):
-                if abs(sum(fr) - 1.0) > 1e-9:
-                    raise ValueError(f"group fractions sum to {sum(fr):g}; they must sum to 1")
-            elif all(c is not None for c in ct) and all(f is None for f in fr):
-                if count is not None and sum(ct) != count:
-                    raise ValueError(f"group counts sum to {sum(ct)}; they must sum to clients.count = {count}")
-            else:
-                raise ValueError("give every group either a `fraction` or a `count` (the same kind for all groups)")
-            names = [g.name for g in groups]
-            if len(set(names)) != len(names):
-                raise ValueError(f"group names must be distinct, got {names}")
-            return groups
-
-    class Run(Params):
-        """When the run stops and how often it evaluates."""
-        rounds: Optional[int] = Field(None, ge=1, description="number of aggregations")
-        virtual_time: Optional[float] = Field(None, gt=0, description="or a virtual-time budget in seconds")
-        eval_every: int = Field(1, ge=1, description="evaluate every this many aggregations")
-        eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
-        eval_every_seconds: Optional[float] = Field(None, gt=0, description="or at the first aggregation at or after every multiple of this many virtual seconds")
-        target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
-
-        @model_validator(mode="after")
-        def _stop(self):
-            if self.rounds is None and self.virtual_time is None:
-                raise ValueError("give `rounds` or `virtual_time` (or both: whichever comes first)")
-            return self
-
-    class NetworkSettings(Params):
-        """Fleet-wide network: message accounting, shared links."""
-        bytes_per_param: int = Field(4, ge=1, description="bytes per parameter on the wire (float32: 4)")
-        overhead_bytes: int = Field(0, ge=0, description="bytes added to every message (headers)")
-        compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
-        server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
-        topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
+            return _check_group_sizes(groups, info.data.get("count"))
 
     class Output(Params):
         """Where and what the run writes."""
@@ -311,13 +322,6 @@ def apply_overrides(raw: dict, overrides) -> dict:
     return raw
 
 
-def format_path(keys) -> str:
-    s = ""
-    for k in keys:
-        s += f"[{k}]" if isinstance(k, int) else (f".{k}" if s else str(k))
-    return s
-
-
 def read_yaml(path) -> dict:
     p = Path(path)
     if not p.exists():
@@ -377,73 +381,6 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
     return sc
 
 
-def algorithm_for(sc, index: int):
-    """The algorithm block of model `index`: the scenario's, with the workload's overrides."""
-    wl = sc.workload_list[index]
-    if not wl.algorithm:
-        return sc.algorithm
-    merged = {**sc.algorithm.model_dump(), **wl.algorithm}
-    merged["name"] = sc.algorithm.name
-    return type(sc.algorithm).model_validate(merged)
-
-
-def cross_check(sc) -> list:
-    """Checks across blocks, each located at the YAML path of the field to change:
-    the algorithm runs under the protocol, several workloads only under a multi-model
-    protocol, selection and wait counts within the fleet, topology attachments name groups."""
-    problems = []
-    algo = registry.get("algorithm", sc.algorithm.name).factory
-    proto = sc.protocol.name
-    if proto not in algo.supports:
-        problems.append(("algorithm.name", f"algorithm {sc.algorithm.name!r} does not run under protocol.name "
-                                           f"{proto!r}; it supports: {', '.join(sorted(algo.supports))}"))
-    if sc.workloads is not None and not getattr(registry.get("protocol", proto).factory, "multi_model", False):
-        multi = sorted(n for n, e in registry.table("protocol").items() if getattr(e.factory, "multi_model", False))
-        allowed = f"protocols that train several models: {', '.join(multi)}" if multi else \
-            "no protocol trains several models yet"
-        problems.append(("workloads", f"{len(sc.workloads)} workloads given, but protocol.name {proto!r} trains one "
-                                      f"model (use `workload:`); {allowed}"))
-    for i, wl in enumerate(sc.workloads or []):
-        if wl.algorithm is not None:                   # the merged block must validate
-            try:
-                algorithm_for(sc, i)
-            except ValidationError as e:
-                for loc, msg in explain(e, dict(wl.algorithm), type(sc.algorithm)):
-                    problems.append((f"workloads[{i}].algorithm.{loc}" if loc else f"workloads[{i}].algorithm", msg))
-    if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
-        problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
-    n = sc.clients.count
-    sel = getattr(sc.protocol, "select", None)
-    k = getattr(sel, "k", None)
-    if k is not None and k > n:
-        problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
-    sets = getattr(sel, "sets", None)
-    if sets is not None and any(c >= n for s in sets for c in s):
-        problems.append(("protocol.select.sets", f"client ids must be below clients.count = {n}"))
-    p = getattr(sel, "p", None)
-    if isinstance(p, list) and len(p) != n:
-        problems.append(("protocol.select.p", f"{len(p)} probabilities for clients.count = {n} clients"))
-    wait = getattr(sc.protocol, "wait", None)
-    wk = getattr(wait, "k", None)
-    if wk is not None and wk > n:
-        problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
-    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (multimodel.md A5)
-    M = len(sc.workload_list)
-    if assignment in ("mfa_rand", "mfa_rr") and M > 1 and not sc.protocol.allow_unequal_groups:
-        K = sc.protocol.k if sc.protocol.k is not None else n
-        if K % M:
-            problems.append(("protocol.k" if sc.protocol.k is not None else "clients.count",
-                             f"{K} clients per round do not split into {M} equal groups (one per model); "
-                             f"set protocol.allow_unequal_groups: true for sizes that differ by one"))
-    topo = sc.network.topology
-    if topo is not None:
-        groups = {g.name for g in sc.clients.groups}
-        unknown = sorted(set(topo.attach) - groups)
-        if unknown:
-            problems.append(("network.topology.attach", f"names unknown groups {unknown}; groups are {sorted(groups)}"))
-    return problems
-
-
 def dump(sc: BaseModel) -> dict:
     """The resolved scenario (defaults filled in) as plain data, component names first."""
     return _tag_first(sc.model_dump(mode="json", exclude_none=True))
@@ -460,166 +397,3 @@ def _tag_first(x):
 
 def to_yaml(sc: BaseModel) -> str:
     return yaml.safe_dump(dump(sc), sort_keys=False, default_flow_style=None, width=100)
-
-
-# --------------------------------------------------------------------------- error messages
-def _short(v, n=60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
-def _closest(word, options):
-    m = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
-    return f"; did you mean {m[0]!r}?" if m else ""
-
-
-def _model_at(S, loc):
-    """The pydantic model class validating the mapping at `loc` (None if unknown)."""
-    cur: Any = S
-    for k in loc:
-        if isinstance(k, str) and ":" in k and k in _TAGGED:
-            cur = _TAGGED[k]
-            continue
-        if isinstance(k, int):
-            continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or k not in cur.model_fields:
-            return None
-        cur = _first_model(cur.model_fields[k].annotation)
-    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
-
-
-def _first_model(ann):
-    """The first model class inside an annotation (a tagged union's member is then
-    replaced by the one its tag in the error location names)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for a in typing.get_args(ann):
-        m = _first_model(a)
-        if m is not None:
-            return m
-    return None
-
-
-def _without_plain_tags(S, loc) -> list:
-    """`loc` without the tags pydantic puts after a plain discriminated union (protocol.wait's
-    `mode`: an error in `{mode: deadline}` is located at wait.deadline.seconds); users never
-    write them. Registry unions ('kind:name' tags) are left to the caller."""
-    out, cur, tags = [], S, None
-    for k in loc:
-        if tags is not None:
-            member, tags = tags.get(k) if isinstance(k, str) else None, None
-            if member is not None:
-                cur = member
-                continue
-        out.append(k)
-        if isinstance(k, str) and k in _TAGGED:
-            cur = _TAGGED[k]
-            continue
-        if isinstance(k, int):                   # a list item: the same model goes on
-            continue
-        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or k not in cur.model_fields:
-            cur = None
-            continue
-        f = cur.model_fields[k]
-        disc = f.discriminator if isinstance(f.discriminator, str) else None
-        cur = _first_model(f.annotation)
-        if disc:
-            tags = {}
-            for m in _members(f.annotation):
-                t = m.model_fields.get(disc)
-                for v in (typing.get_args(t.annotation) if t is not None else ()):
-                    if isinstance(v, str):
-                        tags[v] = m
-    return out
-
-
-def _members(ann):
-    """The model classes inside an annotation (a union's members)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        yield ann
-    for a in typing.get_args(ann):
-        yield from _members(a)
-
-
-def explain(err: ValidationError, raw, S) -> list:
-    problems = []
-    for e in err.errors():
-        loc = _without_plain_tags(S, list(e["loc"]))
-        clean = [k for k in loc if not (isinstance(k, str) and (k in _TAGGED or k == "__never__"
-                                                                 or k.startswith(("function-", "tagged-union"))))]
-        path = format_path(clean)
-        typ = e["type"]
-        ctx = e.get("ctx") or {}
-        if typ == "union_tag_invalid" and ":" not in str(ctx.get("tag", "")):
-            key = str(ctx.get("discriminator", "'name'")).strip("'")
-            problems.append((f"{path}.{key}" if path else key,
-                             f"unknown {key} {ctx.get('tag')!r}; known: {ctx.get('expected_tags')}"))
-        elif typ == "union_tag_invalid":
-            tag = str(ctx.get("tag", ""))
-            kind, _, name = tag.partition(":")
-            known = _known(S, kind)
-            key = _tag_key(kind)
-            problems.append((f"{path}.{key}" if path else key,
-                             f"unknown {registry.KINDS.get(kind, kind).split(' (')[0][:-1] if kind in registry.KINDS else 'name'} "
-                             f"{name!r}; known: {', '.join(known)}{_closest(name, known)}"))
-        elif typ == "union_tag_not_found" and not isinstance(e.get("input"), dict):
-            problems.append((path, f"expected a mapping, got {_short(e.get('input'))}"))
-        elif typ == "union_tag_not_found":
-            kind = _kind_of(S, clean)
-            if kind:
-                known, key = _known(S, kind), _tag_key(kind)
-            else:                      # a plain discriminated union (protocol.wait: mode)
-                key = str(ctx.get("discriminator", "'name'")).strip("'")
-                known = _tags_at(S, loc, key)
-            problems.append((f"{path}.{key}", f"missing `{key}`; one of: {', '.join(known)}"))
-        elif typ == "extra_forbidden":
-            parent = _model_at(S, loc[:-1])
-            allowed = [k for k in (parent.model_fields if parent else {})]
-            extra = f"; allowed here: {', '.join(allowed)}{_closest(loc[-1], allowed)}" if allowed else ""
-            problems.append((path, f"unknown key (value {_short(e.get('input'))}){extra}"))
-        elif typ == "missing":
-            problems.append((path, "required field missing"))
-        elif typ == "model_type" or typ == "dict_type":
-            problems.append((path, f"expected a mapping, got {_short(e.get('input'))}"))
-        else:
-            msg = e["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
-            inp = e.get("input")
-            got = "" if isinstance(inp, dict) else f" (got {_short(inp)})"
-            problems.append((path, f"{msg}{got}"))
-    # one message per (path, text)
-    seen, out = set(), []
-    for p in problems:
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
-
-
-def _known(S, kind: str) -> list:
-    """The names of `kind` the schema `S` was built with (so an error never lists a name as
-    known that the schema refused); the registry's for a part of a schema."""
-    names = getattr(S, "__known_names__", None)
-    return names.get(kind, []) if names is not None else sorted(registry.table(kind))
-
-
-def _tags_at(S, loc, key) -> list:
-    """The values the tag `key` may take in the union at `loc` (its members' literals)."""
-    parent = _model_at(S, loc[:-1])
-    f = parent.model_fields.get(loc[-1]) if parent is not None else None
-    out = []
-    for m in _members(f.annotation if f is not None else None):
-        tag = m.model_fields.get(key)
-        if tag is not None:
-            out += [v for v in typing.get_args(tag.annotation) if isinstance(v, str)]
-    return out
-
-
-def _kind_of(S, loc):
-    """Which registry kind the union at `loc` belongs to."""
-    last = loc[-1] if loc else None
-    names = {"dataset": "dataset", "partition": "partition", "model": "model", "algorithm": "algorithm",
-             "protocol": "protocol", "compute": "compute", "availability": "availability",
-             "network": "network", "select": "selection", "executor": "executor"}
-    return names.get(last)

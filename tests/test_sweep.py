@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pytest
 import yaml
 
@@ -65,8 +66,10 @@ def test_named_axes_wildcards_and_errors(tmp_path):
 
 
 def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
-    bad = tmp_path / "broken.npz"
-    bad.write_text("not an npz file")
+    bad = tmp_path / "broken.npz"                 # valid arrays, one NaN feature: refused when the run builds its data
+    x = np.zeros((8, 4, 4))
+    x[0, 0, 0] = np.nan
+    np.savez(bad, x_train=x, y_train=np.arange(8) % 2, x_test=x[1:3], y_test=np.arange(2))
     d = spec_dict(tmp_path / "s", seeds=1, grid={},
                   variants={"ok": {"algorithm.lr": 0.1},
                             "broken": {"workload.dataset": {"name": "npz", "path": str(bad)}}})
@@ -74,7 +77,7 @@ def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
     idx = res.index.set_index("run")
     assert idx.loc["variant=ok__seed=0", "status"] == "complete"
     assert idx.loc["variant=broken__seed=0", "status"] == "failed"
-    assert "cannot read" in idx.loc["variant=broken__seed=0", "error"]
+    assert "x_train must hold finite numbers" in idx.loc["variant=broken__seed=0", "error"]
     fail = json.loads((res.dir / "failures" / "variant=broken__seed=0.json").read_text())
     assert fail["attempts"] == 1 and "Traceback" in fail["detail"]
     assert res.counts["complete"] == 1 and res.counts["failed"] == 1 and res.counts["ran"] == 2

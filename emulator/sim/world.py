@@ -13,6 +13,8 @@ import numpy as np
 import simpy
 import torch
 
+from devices import limits
+
 from .. import registry
 from ..algorithms.base import AlgoContext
 from ..compute.executor import ClientRows, TaskData, pick_device
@@ -177,13 +179,16 @@ class World:
             members = np.arange(start, start + n)
             start += n
             ctx = GroupContext(members=members, labels=None if labels is None else labels[members], base_dir=base)
+            block = "compute"             # the block whose model refused: named in the error
             try:
                 compute = registry.get("compute", g.compute.model).factory(g.compute, ctx)
+                block = "network"
                 link = registry.get("network", g.network.model).factory(g.network, ctx)
+                block = "availability"
                 avail = registry.get("availability", g.availability.model).factory(g.availability, ctx)
                 avail.bind(members, _GroupRngs(self.streams, gi), ctx.labels)
             except ValueError as e:
-                raise ScenarioError([(f"clients.groups[{gi}]", str(e))])
+                raise ScenarioError([(f"clients.groups[{gi}].{block}", str(e))])
             self.groups.append(g)
             self.availabilities.append(avail)
             works: dict = {}           # one Work per (model, batch): shared by the clients it fits
@@ -215,6 +220,10 @@ class World:
 
     def should_stop(self) -> bool:
         r = self.sc.run
+        if self.env.now > limits.MAX_SECONDS and self.status == "running":
+            self.stall(f"virtual time {self.env.now:g} s passed {limits.MAX_SECONDS:g} s: beyond it float64 seconds "
+                       f"no longer resolve the shortest durations ({limits.MIN_SECONDS:g} s); give fewer "
+                       "run.rounds or shorter times")
         if r.rounds is None and self.status == "running":
             if self.env.now > self._still_at:
                 self._still_at, self._still = self.env.now, 0

@@ -6,7 +6,6 @@ stream; `mnist_idx` and `npz` read the user's own files.
 """
 from __future__ import annotations
 
-import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,98 +324,5 @@ def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> Federated
                                 init=init, w_star=w_star, f_star=F(w_star), F=F, dim=d, a=a, c=c))
 
 
-# --------------------------------------------------------------------------- user files
-def _read_idx(path: str, magic: int, yaml_path: str) -> np.ndarray:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise ScenarioError([(yaml_path, f"cannot read {path}: {e}")])
-    if len(raw) < 8:
-        raise ScenarioError([(yaml_path, f"{path} is too short to be an IDX file")])
-    got = int.from_bytes(raw[:4], "big")
-    if got != magic:
-        raise ScenarioError([(yaml_path, f"{path}: IDX magic number 0x{got:08x}, expected 0x{magic:08x}")])
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    start = 4 + 4 * ndim
-    count = int(np.prod(dims))
-    if len(raw) - start != count:
-        raise ScenarioError([(yaml_path, f"{path}: header says {count} values, file holds {len(raw) - start}")])
-    return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims)
-
-
-class MnistIdxParams(Params):
-    train_images: str = Field(description="IDX images file (magic 0x803), optionally .gz")
-    train_labels: str = Field(description="IDX labels file (magic 0x801), optionally .gz")
-    test_images: str = Field(description="IDX test images")
-    test_labels: str = Field(description="IDX test labels")
-    normalize: bool = Field(True, description="standardise with the training set's mean/std (else [0,1])")
-    max_train: Optional[int] = Field(None, ge=1, description="use a seeded random subset of this many training samples")
-
-    _files = field_validator("train_images", "train_labels", "test_images", "test_labels")(_resolve_file)
-
-
-@register("dataset", "mnist_idx", MnistIdxParams,
-          "MNIST-format IDX files at a user path (full MNIST, Fashion-MNIST, ...)")
-def mnist_idx(p: MnistIdxParams, ctx: DatasetContext) -> FederatedData:
-    P = ctx.path
-    xtr = _read_idx(p.train_images, 0x803, f"{P}.train_images")
-    ytr = _read_idx(p.train_labels, 0x801, f"{P}.train_labels")
-    xte = _read_idx(p.test_images, 0x803, f"{P}.test_images")
-    yte = _read_idx(p.test_labels, 0x801, f"{P}.test_labels")
-    if len(xtr) != len(ytr):
-        raise ScenarioError([(f"{P}.train_labels", f"{len(ytr)} labels for {len(xtr)} training images")])
-    if len(xte) != len(yte):
-        raise ScenarioError([(f"{P}.test_labels", f"{len(yte)} labels for {len(xte)} test images")])
-    return _images("mnist_idx", xtr, ytr, xte, yte, p.normalize, p.max_train, ctx)
-
-
-class NpzParams(Params):
-    path: str = Field(description=".npz with x_train, y_train, x_test, y_test (Keras layout)")
-    normalize: bool = Field(True, description="standardise per channel with the training set's mean/std")
-    max_train: Optional[int] = Field(None, ge=1, description="use a seeded random subset of this many training samples")
-
-    _file = field_validator("path")(_resolve_file)
-
-
-@register("dataset", "npz", NpzParams,
-          "arrays x_train, y_train, x_test, y_test from a user .npz (CIFAR-10, SVHN, ...)")
-def npz(p: NpzParams, ctx: DatasetContext) -> FederatedData:
-    try:
-        with np.load(p.path) as z:
-            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z]
-            if missing:
-                raise ScenarioError([(f"{ctx.path}.path", f"{p.path} lacks arrays {missing}; needs x_train, y_train, x_test, y_test")])
-            xtr, ytr, xte, yte = (z[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-    except (OSError, ValueError) as e:
-        raise ScenarioError([(f"{ctx.path}.path", f"cannot read {p.path} as .npz: {e}")])
-    for a, b_, name in ((xtr, ytr, "train"), (xte, yte, "test")):
-        if len(a) != len(b_):
-            raise ScenarioError([(f"{ctx.path}.path", f"{len(b_)} {name} labels for {len(a)} {name} samples")])
-    return _images("npz", xtr, ytr.reshape(-1), xte, yte.reshape(-1), p.normalize, p.max_train, ctx)
-
-
-def _images(name, xtr, ytr, xte, yte, normalize, max_train, ctx) -> FederatedData:
-    """uint8 or float images (N,H,W) / (N,H,W,C) / (N,C,H,W) -> float32 (N,C,H,W)."""
-    def to_nchw(x):
-        x = np.asarray(x)
-        if x.ndim == 3:
-            x = x[:, None]
-        elif x.ndim == 4 and x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
-            x = np.transpose(x, (0, 3, 1, 2))
-        x = x.astype(np.float32)
-        return x / 255.0 if x.max(initial=0) > 1.5 else x
-
-    xtr, xte = to_nchw(xtr), to_nchw(xte)
-    ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
-    if max_train is not None and max_train < len(ytr):
-        keep = np.sort(ctx.rng_split.choice(len(ytr), max_train, replace=False))
-        xtr, ytr = xtr[keep], ytr[keep]
-    if normalize:
-        mean = xtr.mean(axis=(0, 2, 3), keepdims=True)
-        std = xtr.std(axis=(0, 2, 3), keepdims=True) + 1e-8
-        xtr, xte = (xtr - mean) / std, (xte - mean) / std
-    classes = int(max(ytr.max(initial=0), yte.max(initial=0))) + 1
-    return FederatedData(name, xtr, ytr, xte, yte, classes, tuple(xtr.shape[1:]))
+# the datasets read from the user's files (mnist_idx, npz) register when this module loads
+from .dataset_files import MAX_CLASSES, mnist_idx, npz  # noqa: E402,F401

@@ -9,6 +9,9 @@ from the registry's parameter models, the checks every run must pass, and malfor
 - `checks.py`     what must hold in a run directory, read back from its files (independently
                   of the recorder that wrote them), and comparisons of two run directories;
 - `malformed.py`  a valid scenario with exactly one field broken, and where the error must point;
+- `hostile.py`    what a careless or hostile user types (issue 28): non-finite and extreme numbers
+                  in every time-model field, broken trace files and paths, hostile names, broken
+                  .npz arrays and FedScale pickles, each with what its one error must name;
 - `profiles.py`   hypothesis settings: `ci` (the default, a few examples in `make test`) and
                   `fuzz` (`make fuzz`: thousands, with the example database so a failure replays).
 """

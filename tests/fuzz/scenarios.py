@@ -226,7 +226,7 @@ def network_settings(draw, groups: list):
            "compression": draw(opt(st.fixed_dictionaries({}, optional={"up": pos(0.01, 1.0), "down": pos(0.01, 1.0)})))}
     if draw(st.integers(0, 3)) == 0:
         net["server_link"] = drop_omitted({"up_mbps": draw(pos(0.05, 100.0)), "down_mbps": draw(pos(0.05, 100.0)),
-                                           "latency": draw(opt(pos(0.0, 0.2)))})
+                                           "latency": draw(opt(P.dur0(0.2)))})
     if draw(st.integers(0, 3)) == 0:
         nodes = [f"n{i}" for i in range(draw(st.integers(1, 4)))]
         node = st.sampled_from(nodes)
@@ -236,7 +236,7 @@ def network_settings(draw, groups: list):
         for link in links:
             link["mbps"] = draw(pos(0.05, 100.0))
             if draw(st.booleans()):
-                link["latency"] = draw(pos(0.0, 0.1))
+                link["latency"] = draw(P.dur0(0.1))
         attach = draw(st.dictionaries(st.sampled_from([g["name"] for g in groups]), node, max_size=len(groups)))
         net["topology"] = drop_omitted({"nodes": nodes, "links": links, "server": draw(node),
                                         "attach": attach if attach else OMIT})
