@@ -190,9 +190,11 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
 # --------------------------------------------------------------------------- studies
 def _yaml_value(text: str):
     import yaml
+
+    from .yaml_input import parse
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse(text)
+    except (yaml.YAMLError, ValueError):
         return text
 
 

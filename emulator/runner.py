@@ -2,7 +2,10 @@
 
 The world is built (and every data file read) before anything is written; the run
 directory is written under a temporary name and renamed when complete, so a failed or
-interrupted run never leaves a half-written directory behind.
+interrupted run never leaves a half-written directory behind. The target is checked before
+the run starts and again before the rename (`outputs.check_run_target`): a run replaces only
+an earlier flemu run directory (or an empty directory), never anything else; the temporary
+names a killed run left (`.<name>.tmp-*`) are removed by the next run of that name.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from . import invariants, scenario
+from . import invariants, outputs, scenario
 from .sim.world import World
 
 
@@ -37,6 +40,8 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     metrics (pandas) and summary."""
     sc = scenario.load(source, overrides, seed)
     out_dir = Path(out) if out is not None else Path(sc.output.dir or f"runs/{sc.name}")
+    outputs.check_run_target(out_dir, "--out" if out is not None else
+                             ("output.dir" if sc.output.dir else "run directory"))
     sc.output.dir = str(out_dir)
     t0 = time.perf_counter()
     world = World(sc, progress=progress)
@@ -187,8 +192,11 @@ def _json_default(o):
 
 
 def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggregated=None) -> None:
-    out_dir = Path(out_dir)
+    """Write the run directory under a temporary name, then rename it into place (replacing
+    only an earlier flemu run directory: `outputs.check_run_target`)."""
+    out_dir = outputs.check_run_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    outputs.clean_temp(out_dir.parent, out_dir.name)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
     try:
         tmp.mkdir()
@@ -205,6 +213,7 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
             if buffers is not None:     # BatchNorm running statistics (compute/flat.py order)
                 np.save(tmp / f"buffers{suffix}.npy", buffers.detach().cpu().float().numpy())
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))
+        outputs.check_run_target(out_dir)       # still flemu's to replace after the run
         old = None
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{time.monotonic_ns()}"

@@ -23,7 +23,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
                       create_model, field_validator, model_validator)
 
-from . import fleet, registry
+from . import fleet, outputs, registry, yaml_input
 from .errors import ScenarioError
 from .registry import Params
 
@@ -179,7 +179,8 @@ def schema() -> type:
 
     class Scenario(Params):
         """A flemu scenario."""
-        name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="run name (letters, digits, _ . -)")
+        name: Annotated[str, BeforeValidator(outputs.check_name)] = Field(
+            description=f"run name: {outputs.NAME_RULE}")
         description: Optional[str] = Field(None, description="free text")
         seed: int = Field(0, ge=0, description="the run's one integer seed")
         workload: Optional[Workload] = Field(None, description="the workload (single-model runs)")
@@ -211,7 +212,9 @@ def parse_override(item: str):
         raise ScenarioError([(f"--set {item}", "overrides look like path=value, e.g. algorithm.lr=0.1")])
     path, _, val = item.partition("=")
     try:
-        value = yaml.safe_load(val) if val != "" else ""
+        value = yaml_input.parse(val) if val != "" else ""
+    except yaml_input.YamlInputError as e:
+        raise ScenarioError([(f"--set {path.strip()}", str(e))]) from None
     except yaml.YAMLError:
         value = val
     return path.strip(), value
@@ -287,16 +290,35 @@ def format_path(keys) -> str:
     return s
 
 
+MAX_FILE_BYTES = 64 << 20      # a scenario or sweep file larger than this is not one
+
+
+def parse_yaml(text, source=None):
+    """`yaml_input.parse` (bounded safe_load: UTF-8, depth, alias expansion, duplicate
+    keys) with every problem as a ScenarioError naming the line."""
+    try:
+        return yaml_input.parse(text)
+    except yaml_input.YamlInputError as e:
+        raise ScenarioError([(e.path, str(e))], source=source) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', None) or e}")],
+                            source=source) from None
+
+
 def read_yaml(path) -> dict:
     p = Path(path)
     if not p.exists():
         raise ScenarioError([("", f"scenario file not found: {path}")], source=str(path))
     try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', e)}")], source=str(path))
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ScenarioError([("", f"cannot read the file: {e.strerror or e}")], source=str(path)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ScenarioError([("", f"larger than {MAX_FILE_BYTES >> 20} MiB; not a scenario file")], source=str(path))
+    raw = parse_yaml(data, str(path))
     if raw is None:
         raise ScenarioError([("", "the file is empty; a scenario is a YAML mapping (name, workload, clients, "
                                   "protocol, algorithm, run)")], source=str(path))
@@ -316,7 +338,7 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):
         raw = copy.deepcopy(source)
         src = None
     elif isinstance(source, str) and "\n" in source:
-        raw = yaml.safe_load(source)
+        raw = parse_yaml(source)
         src = None
         if not isinstance(raw, dict):
             raise ScenarioError([("", "the scenario text is empty" if raw is None else
