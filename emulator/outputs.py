@@ -11,7 +11,8 @@ checks its targets here *before* it writes anything:
 - a sweep folder may be written into only when it is new, empty, or already a flemu sweep
   folder (`is_sweep_dir`: sweep.json with the sweep's `name` and `axes`);
 - a file (a plot, a report, compare.csv) may replace only a regular file that carries
-  flemu's signature for its type (`written_by_flemu`);
+  flemu's signature for its type (`written_by_flemu`); a report's figures folder may hold
+  other files, but any figure in it must be flemu's (`check_figure_dir`);
 - the temporary names flemu leaves when killed (`.<name>.tmp-<pid>-<ns>`, `.<name>.old-<pid>-<ns>`)
   are removed by the next write of that name, and only when their process is gone.
 
@@ -33,7 +34,7 @@ NAME_RULE = ("a plain name of 1-128 letters, digits and _ . + - that does not st
              "'.', '+' or '-' (no '/', no spaces)")
 RUN_STATUSES = ("complete", "diverged", "stalled")
 SIGNATURE = "flemu"                       # what flemu writes into the files it makes
-_TEMP = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flemu's temporary names
 
 
 class OutputError(FlemuError):
@@ -161,7 +162,7 @@ def temp_names(parent: Path, name: str) -> list:
     except OSError:
         return out
     for p in entries:
-        m = _TEMP.fullmatch(p.name)
+        m = TEMP_NAME.fullmatch(p.name)
         if m and m["name"] == name and not p.is_symlink() and not _pid_alive(int(m["pid"])):
             out.append(p)
     return out
@@ -197,10 +198,14 @@ def check_sweep_target(root) -> Path:
 
 
 # --------------------------------------------------------------------------- files
-def written_by_flemu(path) -> bool:
+REPORT_MARK = "<!-- flemu report -->"     # the first line of every report flemu writes
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def written_by_flemu(path, csv_columns=()) -> bool:
     """A regular file that carries flemu's signature for its type: PNG / SVG / PDF metadata
-    (`Software` / `Creator` = flemu), the first line of a report (`<!-- flemu report -->`),
-    the `# flemu` header comment of a CSV flemu writes for people (compare.csv)."""
+    (`Software` / `Creator` = flemu, `plot_metadata`), a report's first line (`REPORT_MARK`),
+    or for a CSV the header of the table flemu writes there (`csv_columns`, all present)."""
     p = Path(path)
     if not _regular(p):
         return False
@@ -219,38 +224,51 @@ def written_by_flemu(path) -> bool:
         return head.startswith(b"%PDF") and _pdf_signed(p, sig)
     if suffix in (".html", ".md", ".markdown"):
         return head.startswith(REPORT_MARK.encode())
-    if suffix == ".csv":
-        return head.startswith(CSV_MARK.encode())
+    if suffix == ".csv" and csv_columns:
+        first = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+        return set(csv_columns) <= {c.strip().strip('"') for c in first.split(",")}
     return False
-
-
-REPORT_MARK = "<!-- flemu report -->"
-CSV_MARK = "# flemu"
 
 
 def _pdf_signed(p: Path, sig: bytes) -> bool:
     try:
-        data = p.read_bytes()[-(1 << 20):] if p.stat().st_size < (1 << 26) else b""
+        if p.stat().st_size > (64 << 20):
+            return False
+        return b"/Creator (" + sig in p.read_bytes()
     except OSError:
         return False
-    return b"/Creator (" + sig in data
 
 
-def check_file_target(path, what: str = "output file") -> Path:
+def check_file_target(path, what: str = "output file", csv_columns=()) -> Path:
     """`path`, if flemu may write it: absent, or a regular file flemu wrote (its signature);
-    else `OutputError`. Its missing parent folders are allowed (created when writing)."""
+    else `OutputError`. Missing parent folders are fine (they are created when writing)."""
     p = Path(path)
     _check_parents(p, what)
     if p.is_symlink():
         raise OutputError(f"{what} {p}: is a symbolic link; flemu replaces only files it wrote; nothing written")
     if not p.exists():
         return p
-    if _regular(p) and written_by_flemu(p):
+    if written_by_flemu(p, csv_columns):
         return p
     kind = _describe(p)
-    why = "was not written by flemu (no flemu signature)" if kind == "a file" else f"is {kind}"
+    why = "was not written by flemu (it has no flemu signature)" if kind == "a file" else f"is {kind}"
     raise OutputError(f"{what} {p}: exists and {why}; flemu replaces only files it wrote: give another "
-                      f"path or remove it; nothing written")
+                      f"path, or move it away; nothing written")
+
+
+def check_figure_dir(d, what: str = "figures folder") -> Path:
+    """A folder flemu fills with figures (a report's): absent, or a directory whose figure
+    files (PNG / SVG / PDF) are all flemu's; other files in it are left alone."""
+    d = Path(d)
+    _check_parents(d, what)
+    if d.is_symlink() or (d.exists() and not d.is_dir()):
+        raise OutputError(f"{what} {d}: exists and is {_describe(d)}, not a folder of flemu figures; "
+                          f"nothing written")
+    if d.exists():
+        for f in sorted(d.iterdir()):
+            if f.suffix.lower() in FIGURE_SUFFIXES and not written_by_flemu(f):
+                check_file_target(f, f"figure in {what}")
+    return d
 
 
 def plot_metadata(suffix: str) -> dict:

@@ -27,11 +27,10 @@ def read_summary(run_dir: Path) -> Optional[dict]:
 
 
 def _comparable(cfg: dict) -> dict:
+    """What must match for a finished run to count: everything but where it was written
+    (executor.threads included: a run's numbers depend on its torch thread count)."""
     c = copy.deepcopy(cfg)
     c.pop("output", None)
-    ex = c.get("executor")
-    if isinstance(ex, dict):
-        ex.pop("threads", None)
     return c
 
 
