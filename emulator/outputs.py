@@ -101,12 +101,12 @@ def _describe(p: Path) -> str:
     return "not a regular file"
 
 
-def _check_parents(p: Path, what: str) -> None:
+def _check_parents(p: Path, what: str, given=None) -> None:
     """Every existing ancestor of `p` is a directory (else mkdir would fail half-way)."""
     for a in reversed(p.parents):
         if a.exists() or a.is_symlink():
             if not a.is_dir():
-                raise OutputError(f"{what} {p}: {a} is {_describe(a)}, not a directory; nothing written")
+                raise OutputError(f"{what} {given or p}: {a} is {_describe(a)}, not a directory; nothing written")
 
 
 def _not_cwd(p: Path, given, what: str) -> Path:
@@ -126,7 +126,7 @@ def check_run_target(out_dir, what: str = "run directory") -> Path:
     directory, or one of flemu's run directories); else `OutputError` naming why."""
     given = out_dir
     r = _not_cwd(Path(out_dir), given, what)
-    _check_parents(r, what)
+    _check_parents(r, what, given)
     if r.is_symlink():
         raise OutputError(f"{what} {given}: is a symbolic link; flemu replaces only its own run directories "
                           f"(give the link's target or a new path); nothing written")
@@ -183,7 +183,7 @@ def check_sweep_target(root) -> Path:
     only the lock of a sweep killed before its first write), or a flemu sweep folder."""
     given = root
     r = _not_cwd(Path(root), given, "sweep folder")
-    _check_parents(r, "sweep folder")
+    _check_parents(r, "sweep folder", given)
     if r.is_symlink():
         raise OutputError(f"sweep folder {given}: is a symbolic link; give its target or a new path; nothing written")
     if not r.exists():

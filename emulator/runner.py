@@ -141,6 +141,11 @@ def _first_reach(metrics: pd.DataFrame, target: float):
     return {"round": int(r["round"]), "virtual_time": float(r["virtual_time"]), "wall_time": float(r["wall_time"])}
 
 
+def _torch_threads() -> int:
+    import torch
+    return int(torch.get_num_threads())
+
+
 def summarize(world, metrics, clients, build_s, checks) -> dict:
     sc = world.sc
     st = world.executor.stats
@@ -159,6 +164,7 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "bytes_up": int(metrics["bytes_up"].sum()) if len(metrics) else 0,
         "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
         "invariants_checked": checks,
+        "torch_threads": _torch_threads(),     # a run's numbers depend on it (docs/bad-input.md)
         **world.client_state_summary(),
     }
     models = []
