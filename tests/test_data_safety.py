@@ -97,6 +97,26 @@ def test_run_out_refuses_what_flemu_did_not_write(project, out):
     assert snapshot(project) == before
 
 
+@pytest.mark.parametrize("out", [".", "../earlier", "sub/.."])
+def test_run_never_replaces_the_current_directory_even_a_run_directory(project, monkeypatch, out):
+    here = project / "runs" / "earlier"                # a flemu run directory, the working directory
+    (here / "sub").mkdir()
+    monkeypatch.chdir(here)
+    before = snapshot(project)
+    code, text, exc = cli("run", project / "s.yaml", "-q", "--out", out)
+    refused(code, text, exc, f"--out {out}", "current directory")
+    assert snapshot(project) == before
+
+
+def test_sweep_never_writes_into_the_current_directory_even_an_empty_one(project, monkeypatch):
+    f = sweep_file(project, ".")
+    monkeypatch.chdir(project / "sub")
+    before = snapshot(project)
+    code, text, exc = cli("sweep", f, "-q", "-j", "1")
+    refused(code, text, exc, "sweep folder .", "current directory")
+    assert snapshot(project) == before
+
+
 def test_output_dir_in_the_scenario_is_checked_too(project):
     before = snapshot(project)
     code, text, exc = cli("run", "s.yaml", "-q", "--set", "output.dir=proj")
