@@ -290,41 +290,7 @@ def format_path(keys) -> str:
     return s
 
 
-MAX_FILE_BYTES = 64 << 20      # a scenario or sweep file larger than this is not one
-
-
-def parse_yaml(text, source=None):
-    """`yaml_input.parse` (bounded safe_load: UTF-8, depth, alias expansion, duplicate
-    keys) with every problem as a ScenarioError naming the line."""
-    try:
-        return yaml_input.parse(text)
-    except yaml_input.YamlInputError as e:
-        raise ScenarioError([(e.path, str(e))], source=source) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', None) or e}")],
-                            source=source) from None
-
-
-def read_yaml(path) -> dict:
-    p = Path(path)
-    if not p.exists():
-        raise ScenarioError([("", f"scenario file not found: {path}")], source=str(path))
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ScenarioError([("", f"cannot read the file: {e.strerror or e}")], source=str(path)) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ScenarioError([("", f"larger than {MAX_FILE_BYTES >> 20} MiB; not a scenario file")], source=str(path))
-    raw = parse_yaml(data, str(path))
-    if raw is None:
-        raise ScenarioError([("", "the file is empty; a scenario is a YAML mapping (name, workload, clients, "
-                                  "protocol, algorithm, run)")], source=str(path))
-    if not isinstance(raw, dict):
-        raise ScenarioError([("", f"a scenario is a YAML mapping, got {type(raw).__name__}")], source=str(path))
-    return raw
+parse_yaml, read_yaml = yaml_input.parse_or_explain, yaml_input.read_mapping   # (historic names)
 
 
 def load(source, overrides=(), seed: Optional[int] = None, base_dir=None):

@@ -8,8 +8,12 @@ key given twice in one mapping (PyYAML keeps the last one silently).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, ScalarNode
+
+from .errors import ScenarioError
 
 MAX_DEPTH = 64            # a scenario nests about 6 deep
 MAX_NODES = 1_000_000     # values after aliases are expanded (a 10^6-client list still fits)
@@ -131,3 +135,42 @@ def parse(text):
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+# --------------------------------------------------------------------------- scenario and sweep files
+MAX_FILE_BYTES = 64 << 20      # a scenario or sweep file larger than this is not one
+
+
+def parse_or_explain(text, source=None):
+    """`yaml_input.parse` (bounded safe_load: UTF-8, depth, alias expansion, duplicate
+    keys) with every problem as a ScenarioError naming the line."""
+    try:
+        return parse(text)
+    except YamlInputError as e:
+        raise ScenarioError([(e.path, str(e))], source=source) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', None) or e}")],
+                            source=source) from None
+
+
+def read_mapping(path) -> dict:
+    """A scenario or sweep file: a YAML mapping, or a ScenarioError naming the file."""
+    p = Path(path)
+    if not p.exists():
+        raise ScenarioError([("", f"scenario file not found: {path}")], source=str(path))
+    try:
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ScenarioError([("", f"cannot read the file: {e.strerror or e}")], source=str(path)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ScenarioError([("", f"larger than {MAX_FILE_BYTES >> 20} MiB; not a scenario file")], source=str(path))
+    raw = parse_or_explain(data, str(path))
+    if raw is None:
+        raise ScenarioError([("", "the file is empty; a scenario is a YAML mapping (name, workload, clients, "
+                                  "protocol, algorithm, run)")], source=str(path))
+    if not isinstance(raw, dict):
+        raise ScenarioError([("", f"a scenario is a YAML mapping, got {type(raw).__name__}")], source=str(path))
+    return raw
