@@ -16,7 +16,7 @@ checks its targets here *before* it writes anything:
 - the temporary names flemu leaves when killed (`.<name>.tmp-<pid>-<ns>`, `.<name>.old-<pid>-<ns>`)
   are removed by the next write of that name, and only when their process is gone.
 
-Run, sweep and variant names are plain names (`check_name`).
+Run and sweep names are plain names (`check_name`).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from .errors import FlemuError
 
-NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-]{0,127}")
-NAME_RULE = ("a plain name of 1-128 letters, digits and _ . + - that does not start with "
-             "'.', '+' or '-' (no '/', no spaces)")
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+NAME_RULE = ("a plain name of 1-128 letters, digits and _ . - that does not start with "
+             "'.' or '-' (no '/', no spaces)")
 RUN_STATUSES = ("complete", "diverged", "stalled")
 SIGNATURE = "flemu"                       # what flemu writes into the files it makes
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flemu's temporary names
@@ -42,7 +42,7 @@ class OutputError(FlemuError):
 
 
 def check_name(v):
-    """A run / sweep / variant name: `NAME_RULE`, so that it never names a path of its own."""
+    """A run or sweep name: `NAME_RULE`, so that it never names a path of its own."""
     if not isinstance(v, str) or not NAME_RE.fullmatch(v):
         raise ValueError(f"must be {NAME_RULE}")
     return v

@@ -180,7 +180,7 @@ def schema() -> type:
     class Scenario(Params):
         """A flemu scenario."""
         name: Annotated[str, BeforeValidator(outputs.check_name)] = Field(
-            description=f"run name: {outputs.NAME_RULE}")
+            description="run name (letters, digits, _ . -)")       # and more: outputs.NAME_RULE
         description: Optional[str] = Field(None, description="free text")
         seed: int = Field(0, ge=0, description="the run's one integer seed")
         workload: Optional[Workload] = Field(None, description="the workload (single-model runs)")
