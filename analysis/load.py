@@ -20,6 +20,8 @@ from typing import Optional
 import pandas as pd
 import yaml
 
+from emulator.yaml_input import parse as parse_yaml
+
 KEYS = ("run", "condition", "seed")
 
 
@@ -45,13 +47,61 @@ def is_sweep_dir(path) -> bool:
     return (Path(path) / "sweep.csv").exists()
 
 
+# columns flemu writes as numbers: a file where one holds text was not written by flemu (or
+# was edited), and is refused with its file, column and line rather than misread
+NUMERIC = {"metrics.csv": ("round", "model", "virtual_time", "wall_time", "participants", "selected", "dropped",
+                           "bytes_up", "bytes_down", "train_loss", "test_acc", "test_loss", "round_time", "tau"),
+           "clients.csv": ("round", "client", "steps", "compute_time", "comm_time", "weight", "bytes_up",
+                           "bytes_down", "energy_j")}
+REQUIRED = {"metrics.csv": ("round", "virtual_time")}
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A CSV flemu wrote (metrics.csv, clients.csv, partition.csv), its number columns
+    checked; ValueError naming the file, column and line otherwise."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:            # pandas' parser and decode errors are ValueErrors
+        raise ValueError(f"{path}: cannot be read as a CSV table: {str(e).splitlines()[0][:200] if str(e) else e}") from None
+    missing = [c for c in REQUIRED.get(path.name, ()) if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: no column {missing[0]!r}; is it a flemu {path.name}?")
+    for c in NUMERIC.get(path.name, ()):
+        if c not in df.columns or pd.api.types.is_numeric_dtype(df[c]) or df[c].dtype == bool:
+            continue
+        num = pd.to_numeric(df[c], errors="coerce")
+        bad = df[c].notna() & num.isna()
+        if df[c].isin(["True", "False", True, False]).all() or not bad.any():
+            continue
+        i = int(bad.to_numpy().argmax())
+        raise ValueError(f"{path}: column {c!r}, line {i + 2}: {str(df[c].iloc[i])[:60]!r} is not a number")
+    return df
+
+
+def read_summary(path: Path) -> dict:
+    try:
+        s = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a JSON summary: {e}") from None
+    if not isinstance(s, dict):
+        raise ValueError(f"{path}: a summary is a JSON mapping, got {type(s).__name__}")
+    return s
+
+
 def load_run(path, clients: bool = True) -> Run:
     p = Path(path)
     if not is_run_dir(p):
         raise FileNotFoundError(f"{p} is not a flemu run directory (no summary.json / metrics.csv)")
-    cfg = yaml.safe_load((p / "config.yaml").read_text()) if (p / "config.yaml").exists() else {}
-    cl = pd.read_csv(p / "clients.csv") if clients and (p / "clients.csv").exists() else pd.DataFrame()
-    return Run(p, cfg, pd.read_csv(p / "metrics.csv"), cl, json.loads((p / "summary.json").read_text()))
+    cfg = {}
+    if (p / "config.yaml").exists():
+        try:
+            cfg = parse_yaml((p / "config.yaml").read_bytes()) or {}
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            raise ValueError(f"{p / 'config.yaml'}: not a flemu config: {e}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{p / 'config.yaml'}: a config is a YAML mapping, got {type(cfg).__name__}")
+    cl = read_table(p / "clients.csv") if clients and (p / "clients.csv").exists() else pd.DataFrame()
+    return Run(p, cfg, read_table(p / "metrics.csv"), cl, read_summary(p / "summary.json"))
 
 
 @dataclass
@@ -107,10 +157,10 @@ def _flat_summary(s: dict) -> dict:
 
 def _sweep_entries(path: Path):
     """(index rows, axes, meta) of a sweep folder."""
-    idx = pd.read_csv(path / "sweep.csv")
+    idx = read_table(path / "sweep.csv")
     meta = {}
     if (path / "sweep.json").exists():
-        meta = json.loads((path / "sweep.json").read_text())
+        meta = read_summary(path / "sweep.json")
     axes = meta.get("axes")
     if axes is None:                       # columns between `run` and `seed`
         cols = list(idx.columns)

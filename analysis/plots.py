@@ -26,6 +26,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from emulator import outputs  # noqa: E402
+
 from .load import Study, load, load_run  # noqa: E402
 
 LABELS = {"virtual_time": "virtual time (s)", "round": "round", "test_acc": "test accuracy",
@@ -38,18 +40,26 @@ def label(col: str) -> str:
 
 def save(fig, out, formats=None) -> list:
     """Write `fig` to `out`: with a suffix (.png / .svg / .pdf) that format only, without one
-    every format of `formats` (default PNG and SVG). Returns the paths written."""
+    every format of `formats` (default PNG and SVG), each signed as flemu's (its metadata), so
+    that a later save may replace it; a file flemu did not write is never replaced
+    (`emulator.outputs.OutputError`). Returns the paths written."""
     if out is None:
         return []
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() in (".png", ".svg", ".pdf"):
-        paths = [out]
-    else:
-        paths = [out.with_name(f"{out.name}.{f}") for f in (formats or ("png", "svg"))]
+    paths = targets(out, formats)
+    for p in paths:                    # every file is flemu's to replace before one is written
+        outputs.check_file_target(p, "figure")
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
-        fig.savefig(p, dpi=120, bbox_inches="tight")
+        fig.savefig(p, dpi=120, bbox_inches="tight", metadata=outputs.plot_metadata(p.suffix))
     return paths
+
+
+def targets(out, formats=None) -> list:
+    """The files `save(fig, out, formats)` writes."""
+    out = Path(out)
+    if out.suffix.lower() in (".png", ".svg", ".pdf"):
+        return [out]
+    return [out.with_name(f"{out.name}.{f}") for f in (formats or ("png", "svg"))]
 
 
 def _wrap(n: int) -> int:
@@ -154,6 +164,9 @@ def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=Non
     return g.figure
 
 
+ACCURACY_FORMATS = ("png",)          # `accuracy_vs_time` to a path without a suffix: PNG only
+
+
 def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
     """Test accuracy (or any metric `y`) against virtual time (or rounds) for one or more runs.
     Returns the matplotlib Figure; writes it to `out` when given."""
@@ -177,8 +190,7 @@ def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
         ax.axhline(target, ls="--", lw=1, color="grey", label=f"target {target:g}")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    if out is not None:
-        fig.savefig(out, dpi=120)
+    save(fig, out, formats=ACCURACY_FORMATS)
     return fig
 
 

@@ -23,6 +23,8 @@ from typing import Optional
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from emulator import outputs
+
 from . import metrics as M
 from . import plots as P
 from .load import Study, load
@@ -148,6 +150,8 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     out = Path(out)
     fmt = fmt or ("md" if out.suffix.lower() in (".md", ".markdown") else "html")
     fig_dir = out.parent / ("figures" if out.stem == "report" else f"{out.stem}_figures")
+    outputs.check_file_target(out, "report")            # flemu's own files only; nothing written else
+    outputs.check_figure_dir(fig_dir, "report figures folder")
     fig_dir.mkdir(parents=True, exist_ok=True)
     target = target if target is not None else study.target
     per_run = M.run_metrics(study, target=target, budget=budget)
@@ -171,7 +175,7 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
         text = _markdown(title, facts, scen, table, figs, failed, runs, out)
     else:
         text = _html(title, facts, scen, table, figs, failed, runs)
-    out.write_text(text)
+    out.write_text(f"{outputs.REPORT_MARK}\n{text}")    # the mark: flemu may replace it next time
     return out
 
 

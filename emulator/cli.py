@@ -41,13 +41,16 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     """Run a scenario and write its run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from . import outputs
     from . import scenario as sc_mod
-    from .errors import ScenarioError
+    from .errors import FlemuError, ScenarioError
     from .runner import run as run_scenario
 
     try:
         sc = sc_mod.load(file, set_, seed, plugins=plugin)
-    except ScenarioError as e:
+        outputs.check_run_target(out_dir if out_dir is not None else Path(sc.output.dir or f"runs/{sc.name}"),
+                                 "--out" if out_dir is not None else "output.dir" if sc.output.dir else "run directory")
+    except FlemuError as e:
         _fail(e)
     total = sc.run.rounds
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
@@ -66,7 +69,7 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
 
         try:
             res = run_scenario(sc, out=out_dir, progress=on_row)
-        except ScenarioError as e:
+        except (ScenarioError, outputs.OutputError) as e:
             _fail(e)
     s = res.summary
     line = f"{s['status']}: {s['rounds']} aggregations, {s['virtual_time']:.1f} virtual s, {s['wall_time']:.1f} wall s"
@@ -149,6 +152,8 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation]
     (clients x rounds, coloured offline / available / aggregated / dropped)."""
     from analysis import plots
 
+    from . import outputs
+
     kind = args[0] if args and args[0] in PLOTS else "accuracy"
     dirs = [Path(a) for a in (args[1:] if args and args[0] in PLOTS else args)]
     if not dirs:
@@ -158,11 +163,19 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation]
             _fail(f"{d} is not a run directory (no metrics.csv)")
     if kind == "participation":
         target = out_file or dirs[0] / "participation.png"
-        plots.participation_raster(dirs[0], target)
     else:
         target = out_file or dirs[0] / ("accuracy_vs_time.png" if (x, y) == ("virtual_time", "test_acc")
                                         else f"{y}_vs_{x}.png")
-        plots.accuracy_vs_time(dirs, target, x=x, y=y)
+    try:
+        formats = None if kind == "participation" else plots.ACCURACY_FORMATS
+        for p in plots.targets(target, formats):     # replace only a figure flemu drew; nothing written else
+            outputs.check_file_target(p, "--out" if out_file else "figure")
+        if kind == "participation":
+            plots.participation_raster(dirs[0], target)
+        else:
+            plots.accuracy_vs_time(dirs, target, x=x, y=y)
+    except (outputs.OutputError, ValueError) as e:
+        _fail(e)
     out.print(f"wrote {target}", highlight=False)
 
 
@@ -197,9 +210,11 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
 # --------------------------------------------------------------------------- studies
 def _yaml_value(text: str):
     import yaml
+
+    from .yaml_input import parse
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse(text)
+    except (yaml.YAMLError, ValueError):
         return text
 
 
@@ -214,7 +229,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
           address: Optional[str] = typer.Option(None, "--address", help="ray: join this cluster (default: start a local instance)"),
           cpus: Optional[float] = typer.Option(None, "--cpus-per-run", help="ray: CPUs reserved per run (default 1)"),
           gpus: Optional[float] = typer.Option(None, "--gpus-per-run", help="ray: GPUs per run (fractions allowed)"),
-          threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default: cores / workers)"),
+          threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default 1, whatever -j and the cores: recorded, and checked on resume)"),
           retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
           rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),
@@ -277,6 +292,9 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
         raise typer.Exit(code=1)
 
 
+COMPARE_HEADER = ("runs", "failed")     # columns of every compare.csv: a CSV without them is not flemu's
+
+
 @app.command()
 def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or sweep folders"),
             target: Optional[float] = typer.Option(None, "--target", help="target accuracy (default: the runs' run.target_accuracy)"),
@@ -289,12 +307,16 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     from analysis.load import load
     from analysis.report import comparison_table
 
+    from . import outputs
+
     for d in dirs:
         if not d.exists():
             _fail(f"{d}: no such run directory or sweep folder")
     try:
         study = load(dirs)
-    except (FileNotFoundError, ValueError) as e:
+        dest = csv or ((dirs[0] if study.kind == "sweep" else dirs[0].parent) / "compare.csv")
+        outputs.check_file_target(dest, "--csv" if csv else "compare CSV", csv_columns=COMPARE_HEADER)
+    except (FileNotFoundError, ValueError, outputs.OutputError) as e:
         _fail(str(e))
     per_run = M.run_metrics(study, target=target, budget=budget)
     cmp = M.compare(study, target=target, budget=budget, by=by or None, per_run=per_run)
@@ -310,7 +332,6 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     for row in table.itertuples(index=False):
         t.add_row(*[str(v) for v in row])
     out.print(t)
-    dest = csv or ((dirs[0] if study.kind == "sweep" else dirs[0].parent) / "compare.csv")
     cmp.to_csv(dest, index=False)
     out.print(f"wrote {dest}", highlight=False)
 
@@ -330,9 +351,11 @@ def report(dirs: List[Path] = typer.Argument(..., help="a sweep folder, or run d
     for d in dirs:
         if not d.exists():
             _fail(f"{d}: no such run directory or sweep folder")
+    from .outputs import OutputError
+
     try:
         path = R.write(dirs if len(dirs) > 1 else dirs[0], out=out_file, fmt=fmt, target=target, budget=budget)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, OutputError) as e:
         _fail(str(e))
     out.print(f"wrote {path}", highlight=False)
 

@@ -2,7 +2,10 @@
 
 The world is built (and every data file read) before anything is written; the run
 directory is written under a temporary name and renamed when complete, so a failed or
-interrupted run never leaves a half-written directory behind.
+interrupted run never leaves a half-written directory behind. The target is checked before
+the run starts and again before the rename (`outputs.check_run_target`): a run replaces only
+an earlier flemu run directory (or an empty directory), never anything else; the temporary
+names a killed run left (`.<name>.tmp-*`) are removed by the next run of that name.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from . import invariants, scenario
+from . import invariants, outputs, scenario
 from .sim.world import World
 
 
@@ -41,6 +44,8 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     from . import callbacks as cbs
     sc = scenario.load(source, overrides, seed, plugins=plugins)
     out_dir = Path(out) if out is not None else Path(sc.output.dir or f"runs/{sc.name}")
+    outputs.check_run_target(out_dir, "--out" if out is not None else
+                             ("output.dir" if sc.output.dir else "run directory"))
     sc.output.dir = str(out_dir)
     t0 = time.perf_counter()
     hooks = cbs.Hooks(sc, [*cbs.from_scenario(sc), *callbacks], out_dir, progress)
@@ -149,6 +154,11 @@ def _first_reach(metrics: pd.DataFrame, target: float):
     return {"round": int(r["round"]), "virtual_time": float(r["virtual_time"]), "wall_time": float(r["wall_time"])}
 
 
+def _torch_threads() -> int:
+    import torch
+    return int(torch.get_num_threads())
+
+
 def summarize(world, metrics, clients, build_s, checks) -> dict:
     sc = world.sc
     st = world.executor.stats
@@ -167,6 +177,7 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "bytes_up": int(metrics["bytes_up"].sum()) if len(metrics) else 0,
         "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
         "invariants_checked": checks,
+        "torch_threads": _torch_threads(),     # a run's numbers depend on it (docs/bad-input.md)
         **world.client_state_summary(),
     }
     models = []
@@ -201,10 +212,12 @@ def _json_default(o):
 
 def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggregated=None,
                   extra: Optional[Path] = None) -> None:
-    """The run directory, written under a temporary name and renamed; `extra`: a folder of
+    """Write the run directory under a temporary name, then rename it into place (replacing
+    only an earlier flemu run directory: `outputs.check_run_target`); `extra`: a folder of
     files the run's callbacks wrote (checkpoints/, tensorboard/), moved in with it."""
-    out_dir = Path(out_dir)
+    out_dir = outputs.check_run_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    outputs.clean_temp(out_dir.parent, out_dir.name)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
     try:
         tmp.mkdir()
@@ -223,6 +236,7 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
         for f in (sorted(Path(extra).iterdir()) if extra is not None else ()):
             f.rename(tmp / f.name)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))
+        outputs.check_run_target(out_dir)       # still flemu's to replace after the run
         old = None
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{time.monotonic_ns()}"

@@ -20,7 +20,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
                       create_model, field_validator, model_validator)
 
-from . import fleet, registry
+from . import fleet, outputs, registry, yaml_input
 from .errors import ScenarioError
 from devices import limits
 
@@ -219,7 +219,8 @@ def _build_schema() -> type:
 
     class Scenario(Params):
         """A flemu scenario."""
-        name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="run name (letters, digits, _ . -)")
+        name: Annotated[str, BeforeValidator(outputs.check_name)] = Field(
+            description="run name (letters, digits, _ . -)")       # and more: outputs.NAME_RULE
         description: Optional[str] = Field(None, description="free text")
         seed: int = Field(0, ge=0, description="the run's one integer seed")
         workload: Optional[Workload] = Field(None, description="the workload (single-model runs)")
@@ -253,7 +254,9 @@ def parse_override(item: str):
         raise ScenarioError([(f"--set {item}", "overrides look like path=value, e.g. algorithm.lr=0.1")])
     path, _, val = item.partition("=")
     try:
-        value = yaml.safe_load(val) if val != "" else ""
+        value = yaml_input.parse(val) if val != "" else ""
+    except yaml_input.YamlInputError as e:
+        raise ScenarioError([(f"--set {path.strip()}", str(e))]) from None
     except yaml.YAMLError:
         value = val
     return path.strip(), value
@@ -322,22 +325,7 @@ def apply_overrides(raw: dict, overrides) -> dict:
     return raw
 
 
-def read_yaml(path) -> dict:
-    p = Path(path)
-    if not p.exists():
-        raise ScenarioError([("", f"scenario file not found: {path}")], source=str(path))
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', e)}")], source=str(path))
-    if raw is None:
-        raise ScenarioError([("", "the file is empty; a scenario is a YAML mapping (name, workload, clients, "
-                                  "protocol, algorithm, run)")], source=str(path))
-    if not isinstance(raw, dict):
-        raise ScenarioError([("", f"a scenario is a YAML mapping, got {type(raw).__name__}")], source=str(path))
-    return raw
+parse_yaml, read_yaml = yaml_input.parse_or_explain, yaml_input.read_mapping   # (historic names)
 
 
 def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugins=()):
@@ -352,7 +340,7 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raw = copy.deepcopy(source)
         src = None
     elif isinstance(source, str) and "\n" in source:
-        raw = yaml.safe_load(source)
+        raw = parse_yaml(source)
         src = None
         if not isinstance(raw, dict):
             raise ScenarioError([("", "the scenario text is empty" if raw is None else

@@ -102,7 +102,7 @@ def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
     stored = yaml.safe_load(cfg.read_text())
     stored["algorithm"].pop("weighting")                  # as if written before `weighting` existed
     cfg.write_text(yaml.safe_dump(stored))
-    plans = sw.resolve(sw.load_spec(d), sw.expand(sw.load_spec(d)))
+    plans = sw.resolve(sw.load_spec(d), sw.expand(sw.load_spec(d)), threads=1)   # as the sweep ran
     assert sw.scan(res.dir, plans)["variant=ok__seed=0"]["stale"] is None
     stored["algorithm"]["weighting"] = "uniform"
     cfg.write_text(yaml.safe_dump(stored))
@@ -118,6 +118,15 @@ def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
     (run / "metrics.csv").write_text("round,test_acc\n0,0.1\n")      # no summary.json
     (spec.dir / "runs" / f".{plans[0].id}.tmp-1-2").mkdir()            # a killed run's leftover
     assert sw.scan(spec.dir, plans)[plans[0].id]["status"] == "pending"
+    # flemu never leaves such a directory under a run's name (it renames a complete one into
+    # place), so it is not flemu's to replace: the sweep refuses and writes nothing
+    from emulator.outputs import OutputError
+    (spec.dir / "sweep.json").write_text(json.dumps({"name": spec.name, "axes": []}))
+    with pytest.raises(OutputError, match=plans[0].id):
+        sw.run_sweep(spec, workers=1, threads=1)
+    assert (run / "metrics.csv").read_text() == "round,test_acc\n0,0.1\n"
+    assert not (spec.dir / "sweep.csv").exists()
+    (run / "metrics.csv").unlink()                                     # once it is gone (or empty)
     res = sw.run_sweep(spec, workers=1, threads=1)
     assert res.counts["ran"] == 1 and res.counts["complete"] == 1
     assert not any(p.name.startswith(".") for p in (spec.dir / "runs").iterdir())

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import yaml
 
 from ..errors import ScenarioError
+from ..outputs import OutputError, check_run_target, check_sweep_target
 from .plan import expand, resolve
 from .index import atomic_write, index_rows, write_index, write_meta
 from .lock import FolderLock, SweepError, clean_leftovers, journal
@@ -29,9 +30,13 @@ class SweepResult:
 
 
 def default_threads(backend: str, workers: int, resources: dict) -> int:
+    """Torch threads per run when neither `--threads` nor the scenario's executor.threads
+    says: 1 on the local backend whatever `-j` and the host's cores (a run's numbers depend
+    on its thread count: docs/bad-input.md, "What is bit-identical"), the CPUs reserved per
+    run on Ray. The count is written into every run's scenario, and resuming checks it."""
     if backend == "ray":
         return max(1, int(math.floor(float(resources.get("num_cpus", 1)))))
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
+    return 1
 
 
 def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None, address: Optional[str] = None,
@@ -59,7 +64,7 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
     root = spec.dir
     if workers is None:
         workers = (os.cpu_count() or 1) if backend == "local" else None
-    if threads is None and (workers or 2) > 1:
+    if threads is None:
         threads = default_threads(backend, workers or 1, resources)
     resolve(spec, plans, threads)
     axes = [a.name for a in spec.axes]
@@ -71,6 +76,8 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
         df = pd.DataFrame(index_rows(plans, state, axes))
         return SweepResult(root, df, _counts(state, skipped=0, ran=0))
 
+    check_sweep_target(root)                  # a new, empty or flemu sweep folder; else nothing written
+    _check_run_targets(root, plans)
     root.mkdir(parents=True, exist_ok=True)
     with FolderLock(root):
         clean_leftovers(root)
@@ -103,6 +110,22 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
         index = write_index(root, plans, state, axes)
         journal(root, event="end", ran=ran)
     return SweepResult(root, index, _counts(state, skipped, ran))
+
+
+def _check_run_targets(root: Path, plans) -> None:
+    """Every run's directory is absent, empty or a flemu run directory (a run never replaces
+    anything else: outputs.check_run_target)."""
+    bad = []
+    for p in plans:
+        d = root / "runs" / p.id
+        if d.exists() or d.is_symlink():
+            try:
+                check_run_target(d, "run directory")
+            except OutputError as e:
+                bad.append(str(e))
+    if bad:
+        raise OutputError(f"{len(bad)} run directories of this sweep hold something flemu did not write; "
+                          f"nothing written. First: {bad[0]}")
 
 
 def _counts(state, skipped, ran) -> dict:

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import FlemuError
+from ..outputs import TEMP_NAME
 
 
 class SweepError(FlemuError):
@@ -23,7 +24,7 @@ def clean_leftovers(root: Path) -> int:
         if not sub.is_dir():
             continue
         for p in sub.iterdir():
-            if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name):
+            if TEMP_NAME.fullmatch(p.name) and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
                 n += 1
     return n

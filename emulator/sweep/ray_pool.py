@@ -91,6 +91,7 @@ class RayPool:
         return out
 
     def _write(self, rid: str, files: dict) -> None:
+        from ..outputs import check_run_target
         """The returned run directory, written under a temporary name and renamed (the same
         rule as the runner), with config.yaml's output.dir set to where it now lies."""
         import yaml
@@ -109,7 +110,8 @@ class RayPool:
                 f.write_bytes(data)
             if "summary.json" in files:
                 (tmp / "summary.json").write_bytes(files["summary.json"])
-            if final.exists():
+            if final.exists() or final.is_symlink():
+                check_run_target(final)           # only an earlier flemu run directory is replaced
                 shutil.rmtree(final)
             tmp.rename(final)
         except BaseException:

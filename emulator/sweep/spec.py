@@ -12,7 +12,7 @@ from typing import Optional
 
 import yaml
 
-from .. import scenario as scn
+from .. import outputs, scenario as scn
 from ..errors import ScenarioError
 
 SPEC_KEYS = {"name", "description", "base", "set", "variants", "grid", "seeds", "out", "backend", "workers",
@@ -109,8 +109,8 @@ def load_spec(source, grid=(), sets=(), seeds=None, variants=None, name=None, ou
     base = scn.dump(base_sc)
 
     sweep_name = raw.get("name") or base.get("name")
-    if not isinstance(sweep_name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", sweep_name):
-        problems.append(("name", f"a sweep name of letters, digits, _ . - (got {sweep_name!r})"))
+    if not isinstance(sweep_name, str) or not outputs.NAME_RE.fullmatch(sweep_name):
+        problems.append(("name", f"a sweep name must be {outputs.NAME_RULE} (got {repr(sweep_name)[:60]})"))
     set_pairs = _set_pairs(raw.get("set"), "set", problems)
     axes = []
     if raw.get("variants") is not None:

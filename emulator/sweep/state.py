@@ -9,7 +9,7 @@ from typing import Optional
 
 import yaml
 
-from .. import scenario as scn
+from .. import scenario as scn, yaml_input
 from ..errors import FlemuError
 
 DONE = ("complete", "diverged", "stalled", "stopped")   # a run directory with a summary: never re-run
@@ -27,11 +27,10 @@ def read_summary(run_dir: Path) -> Optional[dict]:
 
 
 def _comparable(cfg: dict) -> dict:
+    """What must match for a finished run to count: everything but where it was written
+    (executor.threads included: a run's numbers depend on its torch thread count)."""
     c = copy.deepcopy(cfg)
     c.pop("output", None)
-    ex = c.get("executor")
-    if isinstance(ex, dict):
-        ex.pop("threads", None)
     return c
 
 
@@ -40,8 +39,8 @@ def _stored_config(path: Path) -> dict:
     (with its default) is then filled in on both sides and does not make the run stale; a
     config that no longer validates compares as it was stored (and so differs)."""
     try:
-        got = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        got = yaml_input.parse(path.read_bytes()) or {}
+    except (OSError, ValueError, yaml.YAMLError):
         return {}
     try:
         return scn.dump(scn.load(copy.deepcopy(got)))
