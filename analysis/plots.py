@@ -322,6 +322,8 @@ def local_steps(study, run=None, hue=None, col=None, out=None):
     series = _series(study, hue, col)
     per = c.groupby(["run", "client"], as_index=False)["steps"].mean()
     per[hue] = per["run"].map(series)
+    steps = c.assign(_h=c["run"].map(series)).groupby("_h")["steps"].unique()
+    per[hue] = per[hue].replace({h: f"{h} (every client ran {int(v[0])} steps)" for h, v in steps.items() if len(v) == 1})
     if col:
         per[col] = per["run"].map(study.summary.set_index("run")[col])
     g = sns.relplot(data=per, x="client", y="steps", hue=hue, col=col,

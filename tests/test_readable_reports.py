@@ -132,6 +132,10 @@ def test_local_steps_figure_says_every_client_ran_e_steps(three_runs, tmp_path):
     fig = P.local_steps(load(tmp_path / "v"))
     assert [a.get_ylabel() for a in fig.axes if a.get_ylabel()] == ["local steps per round"]
     assert not [t for ax in fig.axes for t in ax.texts]
+    # one condition fixed, one varying: lines, the fixed one saying so in the legend
+    fig = P.local_steps(load([three_runs / "a", tmp_path / "v"]))
+    legend = sorted(t.get_text() for t in fig.legends[0].get_texts() if t.get_text())
+    assert legend == ["a (every client ran 5 steps)", "v"]
 
 
 def test_compare_by_a_scenario_path_on_ad_hoc_runs(three_runs, tmp_path):

@@ -87,6 +87,9 @@ def main(argv=None) -> int:
         for name, page in targets:
             shot = a.out / f"{name.replace('/', '_')}.png"
             chromium(a.chromium, Path(profile), f"--screenshot={shot.resolve()}", page.resolve().as_uri())
+            if name == "report":                     # the whole report, down to its every-run table
+                chromium(a.chromium, Path(profile), f"--window-size={WIDTH},6000",
+                         f"--screenshot={(a.out / 'report_full.png').resolve()}", page.resolve().as_uri())
             width = measure(a.chromium, Path(profile), page.resolve())
             ok = 0 < width <= WIDTH and shot.exists()
             bad += not ok
