@@ -5,6 +5,10 @@ share one namespace per page, as a reader pasting them into one session would; b
 with `bash -euo pipefail` and `flemu` of this environment first on PATH. A renamed option or
 a changed API breaks this test, not a reader.
 
+Bash blocks made only of `flemu ...` lines and `cat > FILE <<'END'` here-documents run in this
+process through the CLI's own entry point (`emulator.cli:app`, what the `flemu` script calls),
+saving a Python and torch start per command; any other bash block runs in bash.
+
 Blocks in any other language (```text, ```yaml, ```console, or none) are shown, not run.
 To add a page, append it to PAGES (docs/write-your-own.md and docs/local-training.md are
 meant to be; a page listed must hold at least one block to run).
@@ -35,6 +39,55 @@ def test_blocks_are_found_in_order():
     assert blocks(text) == [("bash", "echo 1\n", 2), ("text", "not run\n", 6), ("python", "x = 1\n", 9)]
 
 
+HEREDOC = re.compile(r"^cat > (\S+) <<'(\w+)'\n(.*?)^\2\n", re.S | re.M)
+
+
+def _commands(src: str) -> list:
+    """A bash block as [("file", name, text) | ("flemu", argv)], or None if it holds anything
+    else (then it runs in bash)."""
+    import shlex
+    out, rest = [], src
+    while rest.strip():
+        m = HEREDOC.match(rest)
+        if m:
+            out.append(("file", m.group(1), m.group(3)))
+            rest = rest[m.end():]
+            continue
+        line, _, rest = rest.partition("\n")
+        if not line.strip():
+            continue
+        argv = shlex.split(line, comments=True)
+        if not argv or argv[0] != "flemu" or any(ch in line for ch in "|;&$`<>"):
+            return None
+        out.append(("flemu", argv[1:]))
+    return out
+
+
+def in_process(src: str) -> bool:
+    """Blocks of `flemu ...` lines and `cat > FILE <<'END'` here-documents run in this process
+    (the console script `flemu` is `emulator.cli:app`), which saves a Python and torch start per
+    command; anything else runs in bash."""
+    return _commands(src) is not None
+
+
+def run_in_process(src: str, workdir: Path, where: str) -> None:
+    from typer.testing import CliRunner
+
+    from emulator.cli import app
+    for cmd in _commands(src):
+        if cmd[0] == "file":
+            (workdir / cmd[1]).write_text(cmd[2])
+            continue
+        r = CliRunner().invoke(app, cmd[1])
+        assert r.exit_code == 0, f"{where}: flemu {' '.join(cmd[1])}: exit {r.exit_code}\n{r.output[-3000:]}"
+
+
+def test_bash_blocks_of_flemu_commands_run_in_process():
+    src = "cat > a.yaml <<'END'\nname: x\nEND\nflemu run a.yaml --set 'k=[1, 2]' -q   # note\n"
+    assert _commands(src) == [("file", "a.yaml", "name: x\n"), ("flemu", ["run", "a.yaml", "--set", "k=[1, 2]", "-q"])]
+    assert _commands("flemu run a.yaml | tee log") is None and _commands("ls runs") is None
+
+
 def run_page(page: str, workdir: Path) -> int:
     """Run the page's blocks in `workdir`; returns how many ran. A failing block fails with
     its page and line."""
@@ -50,7 +103,9 @@ def run_page(page: str, workdir: Path) -> int:
     try:
         for lang, src, line in code:
             where = f"{page}:{line}"
-            if lang == "bash":
+            if lang == "bash" and in_process(src):
+                run_in_process(src, workdir, where)
+            elif lang == "bash":
                 r = subprocess.run(["bash", "-euo", "pipefail", "-c", src], cwd=workdir, env=env,
                                    capture_output=True, text=True)
                 assert r.returncode == 0, f"{where}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -81,7 +136,7 @@ CHECKS = {"docs/getting-started.md": getting_started_made_what_it_says}   # opti
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_code_runs(page, tmp_path):
+def test_page_code_runs(page, tmp_path, one_torch_thread):      # 218 s -> 41 s here, loaded
     assert run_page(page, tmp_path) > 0, f"{page} has no ```bash or ```python block to run"
     if page in CHECKS:
         CHECKS[page](tmp_path)

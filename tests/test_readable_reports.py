@@ -15,6 +15,8 @@ matplotlib.use("Agg")
 
 from conftest import tiny  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")     # tiny runs: one thread is fastest
+
 from emulator.cli import app  # noqa: E402
 
 
@@ -26,11 +28,16 @@ def small(**over):
 def three_runs(tmp_path_factory):
     """Three runs of one scenario (`name: tiny`), seeds 0-2, in directories a, b, c; and one
     FedProx run in d."""
+    import torch
+
     import emulator
     root = tmp_path_factory.mktemp("runs")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
     for i, d in enumerate("abc"):
         emulator.run(small(), seed=i, out=root / d)
     emulator.run(small(**{"algorithm": {"name": "fedprox", "lr": 0.1, "mu": 0.5}}), out=root / "d")
+    torch.set_num_threads(n)
     return root
 
 
