@@ -60,7 +60,7 @@ def _num(v, digits):
 def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
     """The compare frame as strings: mean ± std per metric."""
     keys = list(keys) + (["model"] if "model" in cmp and "model" not in keys else [])   # every model of multi-model runs
-    out = pd.DataFrame({k.split(".")[-1] if k != "condition" else "condition": cmp[k].astype(str) for k in keys})
+    out = pd.DataFrame({_short(k): cmp[k].astype(str) for k in keys})
     for col, title, digits in TABLE_COLUMNS:
         if col in cmp:
             out[title] = [_num(v, digits) for v in cmp[col]]
@@ -70,6 +70,13 @@ def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
     if "failed" in cmp and cmp["failed"].sum():
         out.insert(len(keys) + 1, "failed", cmp["failed"].astype(int).astype(str))
     return out
+
+
+def _short(path: str) -> str:
+    """A column title for a scenario path: its last part (`algorithm.lr` -> `lr`), or the last
+    two where the last alone says nothing (`algorithm.name` -> `algorithm.name`)."""
+    parts = path.split(".")
+    return ".".join(parts[-2:]) if parts[-1] in ("name", "model", "mode") and len(parts) > 1 else parts[-1]
 
 
 def _scenario_lines(cfg: dict) -> list:

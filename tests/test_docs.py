@@ -42,10 +42,11 @@ def test_site_builds_in_strict_mode(tmp_path):
     r = _build(tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
     site = tmp_path / "site"
-    for page in ("index.html", "getting-started/index.html", "reference/index.html", "api/index.html",
-                 "algorithms/tsfl/index.html", "architecture/index.html", "changelog/index.html"):
-        assert (site / page).exists(), page
-    api = (site / "api/index.html").read_text()
+    for page in ("index.html", "getting-started.html", "reference.html", "api.html", "algorithms/tsfl.html",
+                 "architecture.html", "changelog.html"):
+        assert (site / page).exists(), page                 # .html links: the site reads from disk
+    assert 'href="getting-started.html"' in (site / "index.html").read_text()
+    api = (site / "api.html").read_text()
     assert "emulator.api.run" in api                       # mkdocstrings rendered the module
 
 

@@ -149,6 +149,7 @@ def test_compare_by_a_scenario_path_on_ad_hoc_runs(three_runs, tmp_path):
     dirs = [str(three_runs / d) for d in "abcd"]
     r = CliRunner().invoke(app, ["compare", *dirs, "--by", "algorithm.name", "--csv", str(tmp_path / "c.csv")])
     assert r.exit_code == 0, r.output
+    assert re.search(r"algorithm\.name\s", r.output)                 # the column says which name
     c = pd.read_csv(tmp_path / "c.csv").set_index("algorithm.name")
     assert c.loc["fedavg", "runs"] == 3 and c.loc["fedprox", "runs"] == 1
     finals = [pd.read_csv(three_runs / d / "metrics.csv")["test_acc"].dropna().iloc[-1] for d in "abc"]

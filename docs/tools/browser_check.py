@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["index.html", "getting-started/index.html", "concepts/index.html", "reference/index.html",
-         "tsfl/index.html", "algorithms/fedsum/index.html", "api/index.html"]
+PAGES = ["index.html", "getting-started.html", "concepts.html", "reference.html", "tsfl.html",
+         "algorithms/fedsum.html", "api.html"]
 WIDTH, HEIGHT = 1280, 900
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--hide-scrollbars", f"--window-size={WIDTH},{HEIGHT}",
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         print(f"{a.site}/index.html missing: run `make docs` first", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    targets = [(p.replace("/index.html", "").replace(".html", "") or "index", a.site / p) for p in PAGES]
+    targets = [(p.replace(".html", ""), a.site / p) for p in PAGES]
     targets.append(("report", make_report(a.out / "runs")))
     bad = 0
     with tempfile.TemporaryDirectory(prefix="flemu-chromium-") as profile:
