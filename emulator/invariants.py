@@ -1,4 +1,4 @@
-"""The post-run check (docs/architecture.md section 3, "Invariants"): what must hold after every run.
+"""The post-run check (DESIGN.md section 3, "Invariants"): what must hold after every run.
 A violated invariant is a bug in flemu, raised as InvariantError, never a warning."""
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def check(world, metrics, clients) -> list:
                 bad.append(f"round {log.round} client {int(ids[i])}: comm_time {log.comm_time[i]:.6g}s < 2 x latency")
                 break
 
-    # the delay metrics in metrics.csv are the ones clients.csv gives (docs/algorithms/fedsum.md 2.1)
+    # the delay metrics in metrics.csv are the ones clients.csv gives (fedsum.md 2.1)
     ran.append("delay")
     if len(metrics) and "tau" in metrics and len(clients) and not rec.participants_only:
         from .participation import delay_metrics

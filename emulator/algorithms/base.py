@@ -101,7 +101,7 @@ class Algorithm:
     supports: frozenset = frozenset({"rounds"})
     #: the documented total of one aggregation's weights (None: not a weighted mean)
     weights_total: Optional[float] = 1.0
-    #: model-sized vectors in one message, per direction (docs/algorithms/fedsum.md 3.5)
+    #: model-sized vectors in one message, per direction (fedsum.md 3.5)
     down_vectors: int = 1
     up_vectors: int = 1
 
@@ -127,7 +127,7 @@ class Algorithm:
     def cohort_spec(self, t: int, received: Broadcast) -> Optional[LocalSpec]:
         """The one LocalSpec every participant of round t trains from, where the client side
         depends on no client (FedAvg, FedProx): the protocol then submits the round's jobs as
-        one cohort and aggregates their rows with `aggregate_rows` (docs/architecture.md section
+        one cohort and aggregates their rows with `aggregate_rows` (DESIGN.md section
         3: no object per participant). None (default): `local_spec` / `upload` per client.
         An algorithm that gives one promises that its upload is the trained parameters and
         nothing else, that it keeps no per-client state, and that it reads every arrival."""
@@ -140,7 +140,7 @@ class Algorithm:
     def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
         """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
         metadata only (client, steps, n_samples, meta such as tau); the others are never
-        resolved, so their training is never computed (docs/architecture.md: laziness)."""
+        resolved, so their training is never computed (DESIGN.md: laziness)."""
         return [a.client for a in arrivals]
 
     def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> Aggregation:
@@ -161,7 +161,7 @@ class Algorithm:
 
     def lr(self, t: int) -> float:
         """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
-        `lr_offset` b the decaying lr / (b + t) (docs/algorithms/multimodel.md 2.6: 30 / (100 + t))."""
+        `lr_offset` b the decaying lr / (b + t) (multimodel.md 2.6: 30 / (100 + t))."""
         b = getattr(self.p, "lr_offset", None)
         if b is not None:
             return self.p.lr / (b + t)

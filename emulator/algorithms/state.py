@@ -1,4 +1,4 @@
-"""Per-client algorithm state in one store (docs/architecture.md section 3, "Parameters").
+"""Per-client algorithm state in one store (DESIGN.md section 3, "Parameters").
 
 Control variates (SCAFFOLD), stored gradients (FedSUM, MIFA, FedVARP), kept updates
 (FedUMF), stale local models (FedAWE): each kind of state is one stacked `[N, d]` tensor,
@@ -10,7 +10,7 @@ A row may be *pending*: a lazy value (`compute.lazy`) that nobody has read yet, 
 FedUMF client's background update. `put` keeps the lazy beside the table; `get` returns it
 (so a later job can depend on it without computing it now); reading it through `row` or
 `table` materialises it into the table. Overwriting a pending row drops it, and the job
-behind it is never computed unless something else reads it (docs/architecture.md: laziness).
+behind it is never computed unless something else reads it (DESIGN.md: laziness).
 """
 from __future__ import annotations
 

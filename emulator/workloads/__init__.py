@@ -1,2 +1,2 @@
 """Workloads: datasets, how they are partitioned among clients, and the model zoo
-(docs/algorithms/workloads.md)."""
+(shared/specs/workloads.md)."""

@@ -3,7 +3,7 @@ compute, upload, each a piece of a SimPy process that may be stopped part-way), 
 aggregation step (resolve the uploads' lazy values, call the algorithm, record its result),
 evaluation and the metrics row.
 
-A protocol composes the pieces (docs/architecture.md section 3, "Protocol"):
+A protocol composes the pieces (DESIGN.md section 3, "Protocol"):
 
     work = self.begin(client, task, t, log)              # what a stop must record
     yield from self.guard(work, body(), on_stop)          # body: a generator of pieces

@@ -1,4 +1,4 @@
-"""A round's participant without a SimPy process (docs/architecture.md section 3, "Protocol").
+"""A round's participant without a SimPy process (DESIGN.md section 3, "Protocol").
 
 `Protocol.participate` is a generator of a participant's round (download, compute, upload,
 arrival) that yields the SimPy events it waits for. A protocol whose own process runs it

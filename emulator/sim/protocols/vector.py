@@ -1,4 +1,4 @@
-"""The vector engine of `rounds` (docs/architecture.md section 3, "Protocol"): a round as NumPy over its
+"""The vector engine of `rounds` (DESIGN.md section 3, "Protocol"): a round as NumPy over its
 participants and one timeout, when nothing can interrupt a client during the round
 (per-round availability, dedicated links, no background work, no event trace).
 
