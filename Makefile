@@ -7,14 +7,14 @@ PIP     := $(BIN)/python -m pip
 # torch is pinned through constraints.txt so that no CUDA wheels are pulled on a CPU machine
 PIPFLAGS := --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test setup docs bench study clean
+.PHONY: demo test setup docs docs-check bench study clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install $(PIPFLAGS) --upgrade pip
-	$(PIP) install $(PIPFLAGS) -e '.[test,ray,tracking]'
+	$(PIP) install $(PIPFLAGS) -e '.[test,ray,tracking,docs]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -40,10 +40,19 @@ fuzz: $(STAMP)
 	  tests/test_fuzz.py --hypothesis-show-statistics
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache site site-check
 
+# the docs site (MkDocs + Material + mkdocstrings): regenerate the Scenario reference page
+# from the registry, then build every page in strict mode (a broken link fails) into site/
 docs: $(STAMP)
 	$(BIN)/python -m emulator.docs --write
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
+# open the built site and a report in headless Chromium (Debian: apt-get install chromium)
+# and screenshot them at 1280 x 900 into site-check/; prints each page's width and whether
+# anything is wider than the window
+docs-check: docs
+	$(BIN)/python docs/tools/browser_check.py --out site-check
 
 # the straggler and availability study (issue 7): two sweeps, then their reports
 study: $(STAMP)

@@ -27,6 +27,7 @@ over seeds per condition. Definitions:
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import numpy as np
@@ -318,6 +319,9 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
     runs that reached it)."""
     pr = per_run if per_run is not None else run_metrics(study, target, budget)
     by = list(by) if by else (study.axes or ["condition"])
+    missing = [k for k in by if k not in pr]
+    if missing:
+        pr = pr.assign(**{k: pr["run"].map(lambda r, k=k: config_value(study, r, k)) for k in missing})
     if not study.axes and by == ["condition"]:
         by = ["condition"]
     if "model" in pr and pr["model"].notna().any() and "model" not in by:
@@ -338,6 +342,38 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
                 row[f"{k}_std"] = float(v.std(ddof=1)) if v.notna().sum() > 1 else NAN
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def config_value(study, run: str, path: str):
+    """The value at a scenario path (`algorithm.name`, `clients.groups[0].compute.model`) in a
+    run's resolved config.yaml: how `compare --by` groups runs by what was not swept. A path
+    none of the study's runs has is a ValueError naming it."""
+    if not any(_walk(r.config, path) is not _MISSING for r in study.runs.values()):
+        raise ValueError(f"--by {path}: neither a column of the runs nor a scenario path in their config.yaml "
+                         f"(columns: {', '.join(sorted(study.keys()))}; paths look like algorithm.name)")
+    r = study.runs.get(run)
+    v = _walk(r.config, path) if r is not None else _MISSING
+    v = None if v is _MISSING else v
+    if isinstance(v, dict):                       # a component block: its name
+        v = v.get("name") or v.get("model") or str(v)
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
+_MISSING = object()
+
+
+def _walk(cfg, path: str):
+    node = cfg
+    for name, idx in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        if idx:
+            if not isinstance(node, list) or int(idx) >= len(node):
+                return _MISSING
+            node = node[int(idx)]
+        elif isinstance(node, dict) and name in node:
+            node = node[name]
+        else:
+            return _MISSING
+    return node
 
 
 def fmt(v, std=None, digits=3) -> str:

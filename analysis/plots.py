@@ -167,6 +167,18 @@ def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=Non
 ACCURACY_FORMATS = ("png",)          # `accuracy_vs_time` to a path without a suffix: PNG only
 
 
+def run_labels(run_dirs) -> list:
+    """A legend label per run directory: its name, or as many trailing path parts as make the
+    labels distinct (`a/run` and `b/run` -> `a/run`, `b/run`). The scenario's `name` is not a
+    label: three runs of one scenario share it."""
+    parts = [Path(d).resolve().parts for d in run_dirs]
+    for n in range(1, max((len(p) for p in parts), default=1) + 1):
+        labels = ["/".join(p[-n:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(d) for d in run_dirs]
+
+
 def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
     """Test accuracy (or any metric `y`) against virtual time (or rounds) for one or more runs.
     Returns the matplotlib Figure; writes it to `out` when given."""
@@ -174,11 +186,11 @@ def accuracy_vs_time(run_dirs, out=None, x="virtual_time", y="test_acc"):
         run_dirs = [run_dirs]
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for d in run_dirs:
+    for d, name in zip(run_dirs, run_labels(run_dirs)):
         r = load_run(d, clients=False)
         m = r.metrics.dropna(subset=[y]) if y in r.metrics else r.metrics.iloc[0:0]
         for model, g in m.groupby("model") if "model" in m else [(0, m)]:
-            lab = r.name if m["model"].nunique() <= 1 else f"{r.name} (model {model})"
+            lab = name if m["model"].nunique() <= 1 else f"{name} (model {model})"
             sns.lineplot(data=g, x=x, y=y, ax=ax, label=lab, marker="." if len(g) < 60 else None)
     ax.set_xlabel({"virtual_time": "virtual time (s)", "round": "round"}.get(x, x))
     ax.set_ylabel({"test_acc": "test accuracy", "test_loss": "test loss"}.get(y, y))
@@ -301,6 +313,9 @@ def local_steps(study, run=None, hue=None, col=None, out=None):
         raise ValueError("no clients.csv rows in this study")
     c = c[c["selected"].astype(bool)]
     sns.set_theme(style="whitegrid")
+    fixed = c.groupby("condition")["steps"].unique() if len(c) else pd.Series(dtype=object)
+    if len(fixed) and all(len(v) == 1 for v in fixed):
+        return _fixed_steps(fixed.map(lambda v: int(v[0])), out)
     if run is not None or len(study.runs) == 1:
         rid = run if run is not None else next(iter(study.runs))
         d = c[c["run"] == rid]
@@ -319,6 +334,8 @@ def local_steps(study, run=None, hue=None, col=None, out=None):
     series = _series(study, hue, col)
     per = c.groupby(["run", "client"], as_index=False)["steps"].mean()
     per[hue] = per["run"].map(series)
+    steps = c.assign(_h=c["run"].map(series)).groupby("_h")["steps"].unique()
+    per[hue] = per[hue].replace({h: f"{h} (every client ran {int(v[0])} steps)" for h, v in steps.items() if len(v) == 1})
     if col:
         per[col] = per["run"].map(study.summary.set_index("run")[col])
     g = sns.relplot(data=per, x="client", y="steps", hue=hue, col=col,
@@ -332,6 +349,23 @@ def local_steps(study, run=None, hue=None, col=None, out=None):
     g.figure.suptitle("local steps per client (selected rounds; mean over seeds)", y=1.02)
     save(g.figure, out)
     return g.figure
+
+
+def _fixed_steps(steps: pd.Series, out=None):
+    """The local-steps figure when no client's steps varied: a sentence, not a flat line.
+    `steps`: condition -> the steps every selected client ran."""
+    values = sorted(set(steps))
+    if len(values) == 1:
+        text = f"every client ran {values[0]} local steps in every round it was selected"
+    else:
+        text = "every client ran a fixed number of local steps per round:\n" + "\n".join(
+            f"{cond}: {e}" for cond, e in steps.items())
+    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.25 * text.count("\n")))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=11, transform=ax.transAxes)
+    ax.set_title("local steps per client", fontsize=10)
+    save(fig, out)
+    return fig
 
 
 def latency_breakdown(study, per_run=None, out=None):

@@ -62,7 +62,7 @@ def _num(v, digits):
 def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
     """The compare frame as strings: mean ± std per metric."""
     keys = list(keys) + (["model"] if "model" in cmp and "model" not in keys else [])   # every model of multi-model runs
-    out = pd.DataFrame({k.split(".")[-1] if k != "condition" else "condition": cmp[k].astype(str) for k in keys})
+    out = pd.DataFrame({_short(k): cmp[k].astype(str) for k in keys})
     for col, title, digits in TABLE_COLUMNS:
         if col in cmp:
             out[title] = [_num(v, digits) for v in cmp[col]]
@@ -74,7 +74,15 @@ def comparison_table(cmp: pd.DataFrame, keys) -> pd.DataFrame:
     return out
 
 
+def _short(path: str) -> str:
+    """A column title for a scenario path: its last part (`algorithm.lr` -> `lr`), or the last
+    two where the last alone says nothing (`algorithm.name` -> `algorithm.name`)."""
+    parts = path.split(".")
+    return ".".join(parts[-2:]) if parts[-1] in ("name", "model", "mode") and len(parts) > 1 else parts[-1]
+
+
 def _scenario_lines(cfg: dict) -> list:
+    """A run's scenario in a few lines (workload, clients, protocol, algorithm, stop)."""
     if not cfg:
         return []
     w = cfg.get("workload") or {}
@@ -87,12 +95,67 @@ def _scenario_lines(cfg: dict) -> list:
                        f"{(g.get('compute') or {}).get('model')}, availability {(g.get('availability') or {}).get('model', 'always')})"
                        for g in cl.get("groups", []))
     lines.append(f"clients: {cl.get('count')} in groups {groups}")
-    p, a = cfg.get("protocol") or {}, cfg.get("algorithm") or {}
-    lines.append(f"protocol: {p.get('name')}; algorithm: {a.get('name')} (lr {a.get('lr')})")
+    lines.append(f"protocol: {_block(cfg.get('protocol'), skip=('name', 'engine'))}")
+    lines.append(f"algorithm: {_block(cfg.get('algorithm'), skip=('name',))}")
     r = cfg.get("run") or {}
     stop = ", ".join(f"{k} {v}" for k, v in r.items() if k in ("rounds", "virtual_time", "target_accuracy"))
     lines.append(f"run: {stop}")
     return lines
+
+
+def _block(b, skip=()) -> str:
+    """`name (key value, key value, ...)` of a component block; nested blocks in brackets."""
+    if not isinstance(b, dict):
+        return str(b)
+
+    def val(v):
+        if isinstance(v, dict):
+            inner = ", ".join(f"{k} {val(x)}" for k, x in v.items() if x is not None)
+            return f"[{inner}]"
+        return str(v)
+    params = ", ".join(f"{k} {val(v)}" for k, v in b.items() if k not in skip and v is not None and v != {})
+    return f"{b.get('name')}" + (f" ({params})" if params else "")
+
+
+def scenario_section(study: Study) -> list:
+    """[(heading, lines)]: what every run shares, then, per condition, what sets it apart
+    (each condition described by its first run's resolved scenario)."""
+    per, flat = {}, {}
+    for _, row in study.summary.iterrows():
+        run = study.runs.get(row["run"])
+        if run is not None and row["condition"] not in per:
+            per[row["condition"]] = _scenario_lines(run.config)
+            flat[row["condition"]] = _leaves({k: v for k, v in (run.config or {}).items()
+                                              if k not in ("name", "seed", "output")})
+    if not per:
+        return []
+    all_lines = list(per.values())
+    common = [x for x in all_lines[0] if all(x in lines for lines in all_lines)]
+    paths = sorted({k for f in flat.values() for k in f if len({str(g.get(k)) for g in flat.values()}) > 1})
+    if len(study.runs) == 1:
+        return [("the run", common)]
+    if not paths and all(lines == common for lines in all_lines):
+        return [("every run (the same scenario)", common)]
+    out = [("every run", common)]
+    if len(per) > 1:
+        for cond, lines in per.items():
+            diff = ", ".join(f"{k} = {flat[cond].get(k, '-')}" for k in paths)
+            out.append((cond, ([f"differs in: {diff}"] if diff else [])
+                        + [x for x in lines if x not in common] or ["(as above)"]))
+    return out
+
+
+def _leaves(d, prefix="") -> dict:
+    """{dotted.path: value} of every scalar in a nested config (list items as [i])."""
+    out = {}
+    items = d.items() if isinstance(d, dict) else enumerate(d)
+    for k, v in items:
+        path = f"{prefix}[{k}]" if isinstance(k, int) else (f"{prefix}.{k}" if prefix else str(k))
+        if isinstance(v, (dict, list)) and v:
+            out.update(_leaves(v, path))
+        else:
+            out[path] = v
+    return out
 
 
 def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
@@ -141,8 +204,9 @@ def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
 
 
 def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = None,
-          budget: Optional[float] = None) -> Path:
-    """Write the report; returns its path. `fmt`: html (default) or md (also from `out`'s suffix)."""
+          budget: Optional[float] = None, figures: bool = True) -> Path:
+    """Write the report; returns its path. `fmt`: html (default) or md (also from `out`'s
+    suffix); `figures=False`: the text and tables only (quick)."""
     study = paths if isinstance(paths, Study) else load(paths)
     if out is None:
         base = Path(study.paths[0]) if len(study.paths) == 1 else Path(".")
@@ -158,24 +222,39 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     cmp = M.compare(study, target=target, budget=budget, per_run=per_run)
     keys = (study.axes if study.axes else ["condition"])
     table = comparison_table(cmp, keys)
-    figs = _figures(study, fig_dir, target, per_run)
+    figs = _figures(study, fig_dir, target, per_run) if figures else []
     failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled", "stopped"])]
     first = next(iter(study.runs.values()), None)
     title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
     facts = _facts(study, target, budget)
-    scen = _scenario_lines(first.config if first is not None else {})
-    if study.kind == "sweep":
-        scen = [f"base scenario (every run; swept values replace parts of it) — {x}" if i == 0 else x
-                for i, x in enumerate(scen)]
-    run_cols = [c for c in ["run", *study.axes, "seed", "status", "final_acc", "time_to_target", "rounds_to_target",
-                            "auc", "straggler_share", "round_time_s", "tau_avg", "heterogeneity", "wall_time"]
-                if c in per_run]
-    runs = per_run[run_cols].copy()
+    scen = scenario_section(study)
+    runs = every_run_table(per_run, study.axes)
     if fmt == "md":
         text = _markdown(title, facts, scen, table, figs, failed, runs, out)
     else:
         text = _html(title, facts, scen, table, figs, failed, runs)
     out.write_text(f"{outputs.REPORT_MARK}\n{text}")    # the mark: flemu may replace it next time
+    return out
+
+
+RUN_COLUMNS = [("seed", "seed", None), ("status", "status", None), ("final_acc", "final acc.", 3),
+               ("time_to_target", "time to target (s)", 1), ("rounds_to_target", "rounds to target", None),
+               ("auc", "AUC", 3), ("straggler_share", "straggler share", 2), ("round_time_s", "round time (s)", 2),
+               ("tau_avg", "tau avg", 1), ("heterogeneity", "delta", 2), ("wall_time", "wall (s)", 1)]
+
+
+def every_run_table(per_run: pd.DataFrame, axes) -> pd.DataFrame:
+    """One row per run, as strings under short headers that wrap at spaces, so that the table
+    fits a 1280-pixel window: the run, its swept values (by their last path part), then the
+    figures of merit rounded for reading (the CSV of `flemu compare` keeps every digit)."""
+    out = pd.DataFrame({"run": per_run["run"].astype(str)})
+    for a in axes:
+        out[a.split(".")[-1]] = per_run[a].astype(str)
+    for col, title, digits in RUN_COLUMNS:
+        if col in per_run:
+            out[title] = [v if isinstance(v, str) else _num(v, digits) for v in per_run[col]]
+    if "model" in per_run and per_run["model"].notna().any():
+        out.insert(1, "model", [_num(v, None) for v in per_run["model"]])
     return out
 
 
@@ -202,7 +281,7 @@ CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-
 h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
-img{max-width:100%}.err{color:#b00}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}"""
+img{max-width:100%}.err{color:#b00}.wide{overflow-x:auto}table.runs td{font-size:.95em}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}"""
 
 
 def _html(title, facts, scen, table, figs, failed, runs) -> str:
@@ -210,7 +289,8 @@ def _html(title, facts, scen, table, figs, failed, runs) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>flemu report: {e(str(title))}</h1><ul>" + "".join(f"<li>{e(f)}</li>" for f in facts) + "</ul>"]
     if scen:
-        parts.append("<h2>Scenario</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in scen) + "</ul>")
+        parts.append("<h2>Scenario</h2>" + "".join(
+            f"<h3>{e(str(head))}</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>" for head, lines in scen))
     parts.append("<h2>Comparison</h2>" + table.to_html(index=False, escape=True, border=0))
     parts.append("<h2>Figures</h2>")
     for t, p, cap in figs:
@@ -222,11 +302,26 @@ def _html(title, facts, scen, table, figs, failed, runs) -> str:
     if len(failed):
         parts.append("<h2>Failed runs</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
                                                                                         classes="err"))
-    parts.append("<h2>Every run</h2>" + runs.to_html(index=False, escape=True, border=0, na_rep="-",
-                                                    float_format=lambda v: f"{v:.4g}"))
+    parts.append("<h2>Every run</h2><div class='wide'>" + html_table(runs, "runs") + "</div>")
     parts.append("<h2>Definitions</h2><ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in DEFINITIONS) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+BREAK_AFTER = "_=·/-"
+
+
+def html_table(df: pd.DataFrame, cls: str = "") -> str:
+    """A table of strings; long identifiers get a line-break opportunity (<wbr>) after each
+    of `_ = · / -`, so a run id wraps instead of widening its column."""
+    def cell(v):
+        t = html.escape(str(v))
+        for ch in BREAK_AFTER:
+            t = t.replace(ch, ch + "<wbr>")
+        return t
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in df.itertuples(index=False))
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def md_table(df: pd.DataFrame) -> str:
@@ -242,7 +337,9 @@ def md_table(df: pd.DataFrame) -> str:
 def _markdown(title, facts, scen, table, figs, failed, runs, out: Path) -> str:
     parts = [f"# flemu report: {title}", "", *[f"- {f}" for f in facts], ""]
     if scen:
-        parts += ["## Scenario", "", *[f"- {x}" for x in scen], ""]
+        parts += ["## Scenario", ""]
+        for head, lines in scen:
+            parts += [f"### {head}", "", *[f"- {x}" for x in lines], ""]
     parts += ["## Comparison", "", md_table(table), "", "## Figures", ""]
     for t, p, cap in figs:
         if p is None:

@@ -319,7 +319,10 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     except (FileNotFoundError, ValueError, outputs.OutputError) as e:
         _fail(str(e))
     per_run = M.run_metrics(study, target=target, budget=budget)
-    cmp = M.compare(study, target=target, budget=budget, by=by or None, per_run=per_run)
+    try:
+        cmp = M.compare(study, target=target, budget=budget, by=by or None, per_run=per_run)
+    except ValueError as e:
+        _fail(str(e))
     keys = list(by) if by else (study.axes or ["condition"])
     table = comparison_table(cmp, keys)
     wide = ["acc. at budget", "round time (s)", "particip. CV", "tau avg", "delta"]   # in the CSV

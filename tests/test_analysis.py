@@ -144,7 +144,6 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
         (P.curves(study, out=tmp_path / "acc.png"), ("virtual time (s)", "test accuracy")),
         (P.curves(study, x="round", y="test_loss", out=tmp_path / "loss.png"), ("round", "test loss")),
         (P.target_bars(study, target=0.5, out=tmp_path / "ttt.png"), (None, "virtual time to 0.5 accuracy (s)")),
-        (P.local_steps(study, out=tmp_path / "steps.png"), ("client", "mean local steps per round")),
         (P.latency_breakdown(study, out=tmp_path / "lat.png"),
          ("seconds per round (mean over selected clients)", "condition")),
         (P.participation_raster(study.summary["dir"].iloc[0] if "dir" in study.summary else
@@ -159,6 +158,10 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
     fig = P.times_vs_axis(study, x="seed", target=0.5, out=tmp_path / "tva.png")
     assert [(a.get_xlabel(), a.get_ylabel()) for a in fig.axes] == [
         ("seed", "virtual time of the run (s)"), ("seed", "virtual time to 0.5 accuracy (s)")]
+    # every client ran its 5 steps: the local-steps figure says so (tests/test_readable_reports.py)
+    steps = P.local_steps(study, out=tmp_path / "steps.png")
+    assert [t.get_text() for ax in steps.axes for t in ax.texts] == [
+        "every client ran 5 local steps in every round it was selected"]
     for f in ("acc", "loss", "ttt", "steps", "lat", "raster", "tva"):
         assert (tmp_path / f"{f}.png").stat().st_size > 5000
     P.curves(study, out=tmp_path / "both")                    # no suffix: PNG and SVG

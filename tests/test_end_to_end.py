@@ -53,11 +53,3 @@ def test_validate_and_list():
     r = flemu("list", "nonsense")
     assert r.returncode == 2
 
-
-def test_readme_reference_is_current():
-    """README's scenario reference is generated from the schema: regenerate with
-    `python -m emulator.docs --write` when this fails."""
-    from emulator.docs import END, START, reference
-    text = (ROOT / "README.md").read_text()
-    body = text[text.index(START) + len(START):text.index(END)]
-    assert body.strip() == reference().strip()
