@@ -155,6 +155,9 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "bytes_down": int(metrics["bytes_down"].sum()) if len(metrics) else 0,
         "invariants_checked": checks,
         **world.client_state_summary(),
+        # which executor path each job kind took and why (compute/paths.py)
+        "executor_paths": world.executor.paths.summary({t.index: scenario.algorithm_for(sc, t.index).name
+                                                        for t in world.tasks}),
     }
     models = []
     for task in world.tasks:
