@@ -174,11 +174,17 @@ def test_transforms_act_on_the_gradient_before_the_step():
     clipped = G * torch.clamp(C / norms, max=1.0)[:, None]
     assert float(clipped.norm(dim=1).max()) <= C * (1 + 1e-12)
     assert torch.allclose(w0 - w1, clipped.mean(0), rtol=1e-10, atol=1e-14)
-    # whole-gradient clipping: the step's length is the clipped norm
+    # whole-gradient clipping acts on the gradient, before the step: |w2 - w0| = lr x min(|g|, C')
     g = G.mean(0)
     c2 = 0.5 * float(g.norm())
-    w2 = ex.submit(TrainJob(0, 1, 2, 1, LocalSpec(w0, LocalRule(lr=1.0, transforms=(ClipNorm(c2),))), None)).value()
-    assert float((w0 - w2.params).norm()) == pytest.approx(c2, rel=1e-10)
+    w2 = ex.submit(TrainJob(0, 1, 2, 1, LocalSpec(w0, LocalRule(lr=0.5, transforms=(ClipNorm(c2),))), None)).value()
+    assert float((w0 - w2.params).norm()) == pytest.approx(0.5 * c2, rel=1e-10)
+    # ... and after the terms: clip(g - v), not clip(g) - v
+    v = 0.5 * g.flip(0)
+    rule = LocalRule(lr=1.0, terms=(Linear(),), transforms=(ClipNorm(c2),))
+    w3 = ex.submit(TrainJob(0, 1, 3, 1, LocalSpec(w0, rule, vectors={"v": v}), None)).value().params
+    want = (g - v) * min(1.0, c2 / float((g - v).norm()))
+    assert torch.allclose(w0 - w3, want, rtol=1e-9, atol=1e-14)
 
 
 def test_noise_is_keyed_by_client_round_and_model():
@@ -194,6 +200,26 @@ def test_noise_is_keyed_by_client_round_and_model():
     resolve(b + [c])
     assert rel(b[1].value().params, a.value().params) < 1e-12
     assert rel(c.value().params, a.value().params) > 0.1
+
+
+def test_a_pending_state_vector_is_a_job_input_and_stays_lazy():
+    """A term's vector may be a lazy value (a client state nobody has read): the job depends on
+    it (resolved a level earlier); a job nobody reads computes neither itself nor its vector."""
+    from emulator.compute.lazy import derived
+    ex, net = make_executor(BatchedExecutor)
+    w0 = net.initial_vector()
+    rule = LocalRule(lr=0.1, terms=(Linear(),))
+    dep = [ex.submit(TrainJob(0, c, 1, 3, LocalSpec(w0, LocalRule(lr=0.1)), 8)) for c in (0, 1)]
+    vec = [derived(lambda r: 0.1 * r.params, d) for d in dep]
+    read = ex.submit(TrainJob(0, 2, 2, 3, LocalSpec(w0, rule, vectors={"v": vec[0]}), 8))
+    unread = ex.submit(TrainJob(0, 3, 2, 3, LocalSpec(w0, rule, vectors={"v": vec[1]}), 8))
+    assert vec[0] in read.inputs()
+    got = read.value().params
+    assert dep[0].done and not dep[1].done and not unread.done and ex.stats.jobs_computed == 2
+    ref, _ = make_executor()
+    v = 0.1 * ref.submit(TrainJob(0, 0, 1, 3, LocalSpec(w0, LocalRule(lr=0.1)), 8)).value().params
+    want = ref.submit(TrainJob(0, 2, 2, 3, LocalSpec(w0, rule, vectors={"v": v}), 8)).value().params
+    assert rel(got, want) < 1e-12
 
 
 def test_dp_noise_std_is_sigma_c_over_b():
