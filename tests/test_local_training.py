@@ -310,10 +310,13 @@ def test_pieces_must_be_hashable_values():
 
 # ------------------------------------------------------------------ runs, at every depth
 class FnFedAvg(FedAvg):
+    """FedAvg with a user loop, client by client (its local_spec is its own: no cohort), so a
+    late client's job is submitted and left unread."""
+
     name = "test_fn_fedavg"
 
-    def local_rule(self, t):
-        return TrainFunction(sgd_by_hand)
+    def local_spec(self, client, t, received):
+        return LocalSpec(start=received.vectors[0], rule=TrainFunction(sgd_by_hand))
 
 
 register("algorithm", "test_fn_fedavg", FedAvgParams, "test: FedAvg with a user training loop", FnFedAvg)
@@ -336,9 +339,10 @@ def late_fleet(algo: dict, executor="batched") -> dict:
 @pytest.mark.parametrize("algo,kind,path", [
     ({"name": "fedavg_clip", "lr": 0.1, "max_norm": 0.5}, "local_sgd+ClipNorm", "batched"),
     ({"name": "local_adam", "lr": 0.01}, "optimizer:Adam", "sequential"),
-    ({"name": "test_fn_fedavg", "lr": 0.1}, "train_fn:sgd_by_hand", "sequential")])
+    ({"name": "test_fn_fedavg", "lr": 0.1}, "train_fn:sgd_by_hand", "sequential"),
+    ({"name": "feddyn", "lr": 0.1, "alpha": 0.1}, "local_sgd+FedDynTerm", "batched")])
 def test_every_depth_keeps_laziness_and_step_accounting(run_in, algo, kind, path):
-    example("grad_clip"), example("local_adam")
+    example("grad_clip"), example("local_adam"), example("feddyn")
     s = run_in(late_fleet(algo)).summary
     assert s["grad_steps_computed"] == 3 * 4 * 5 and s["grad_steps_skipped"] == 3 * 2 * 4
     assert s["grad_steps_computed"] + s["grad_steps_skipped"] == s["grad_steps_virtual"]
