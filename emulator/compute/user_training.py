@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from .gradient import NOISE_STREAM
 from .pieces import FunctionalModel
 from .training import OptimizerRule, TrainContext, TrainFunction
-from .gradient import NOISE_STREAM
 
 
 class OptimizerSteps:
@@ -69,8 +69,7 @@ def train_function(executor, job, net, w, bufs, batches: JobBatches) -> tuple:
     model = FunctionalModel(net)
     gen = torch.Generator().manual_seed(executor.streams.int_seed(NOISE_STREAM, job.client, job.round,
                                                                    job.task, job.tag))
-    vectors = {k: v for k, v in executor.spec_vectors(job.spec).items()}
-    ctx = TrainContext(start=w.clone(), vectors=vectors,
+    ctx = TrainContext(start=w.clone(), vectors=executor.spec_vectors(job.spec),
                        loss=lambda out, y: model.sample_losses(out, y).mean(), generator=gen,
                        client=job.client, round=job.round, task=job.task)
     out = rule.fn(module, batches, job.steps, ctx)
