@@ -135,9 +135,15 @@ def test_each_kind_batched_equals_sequential(case):
     assert exb.stats == exs.stats
     kind = CASES[case][0](1).kind()
     assert set(exb.paths.summary({0: "a"})[f"a/{kind}"]) == {"batched"}     # really stacked
-    wa, _ = rounds_of(AutoExecutor, case, model="mlp", params=AutoParams(min_jobs=2, max_step_macs=1e9))
+
+
+@pytest.mark.parametrize("case", ["batch_term", "everything"])
+def test_auto_on_an_mlp_equals_sequential_in_another_order(case):
+    wa, exa = rounds_of(AutoExecutor, case, model="mlp", params=AutoParams(min_jobs=2, max_step_macs=1e9))
     wm, _ = rounds_of(SequentialExecutor, case, model="mlp", reverse=True)  # another submission order
     assert rel(wa, wm) < 1e-9
+    kind = CASES[case][0](1).kind()
+    assert set(exa.paths.summary({0: "a"})[f"a/{kind}"]) == {"batched"}
 
 
 def test_terms_against_closed_forms():
