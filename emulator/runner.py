@@ -179,6 +179,9 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
         "invariants_checked": checks,
         "torch_threads": _torch_threads(),     # a run's numbers depend on it (docs/bad-input.md)
         **world.client_state_summary(),
+        # which executor path each job kind took and why (compute/paths.py)
+        "executor_paths": world.executor.paths.summary({t.index: scenario.algorithm_for(sc, t.index).name
+                                                        for t in world.tasks}),
     }
     models = []
     for task in world.tasks:

@@ -13,9 +13,16 @@ It computes exactly what `SequentialExecutor` computes (same batches, same updat
 - per-job learning-rate schedules, momentum, weight decay and prox coefficients are
   per-row scalars; prox anchors and correction vectors are stacked like the parameters.
 
-Probe jobs (one step plus two extra gradients) and single-job groups take the sequential
-path. Models with BatchNorm buffers are refused (`batched`) or run sequentially (`auto`):
-the running statistics each job updates in place do not stack under `vmap`. `chunk` bounds how many jobs one vmap stacks (memory grows with chunk x batch).
+- a rule's functional pieces (loss terms, per-sample and gradient transforms, training.py)
+  run inside the same vmap (gradient.py); their named vectors are stacked too, and noise
+  comes from each job's own keyed stream.
+
+Probe jobs (one step plus two extra gradients), single-job groups and rule types that do
+not declare `batchable` (a torch.optim optimizer, a user training function) take the
+sequential path; summary.json's `executor_paths` says which path each job kind took and why.
+Models with BatchNorm buffers are refused (`batched`) or run sequentially (`auto`): the
+running statistics each job updates in place do not stack under `vmap`. `chunk` bounds how
+many jobs one vmap stacks (memory grows with chunk x batch).
 Indices of every step are built on the host once per chunk and copied to the device in
 one transfer; data stay on the device.
 """
@@ -29,6 +36,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from ..registry import register
 from .executor import ExecutorParams, SequentialExecutor, sgd_step
+from .gradient import PiecesGradient, draw_noise, noise_stream
 from .jobs import TrainResult
 from .lazy import force
 
@@ -40,7 +48,7 @@ class BatchedParams(ExecutorParams):
 def group_key(job) -> tuple:
     """Jobs with the same key can be stacked: same model, rule kind and batch shape."""
     s = job.spec
-    return (job.task, s.rule.key(), job.batch_size, s.correction is not None)
+    return (job.task, s.rule.key(), job.batch_size, s.correction is not None, tuple(sorted(s.vectors)))
 
 
 def _stacked_grad(net):
@@ -76,37 +84,57 @@ class BatchedExecutor(SequentialExecutor):
         self._grad_fns = {}
 
     # -- scheduling -------------------------------------------------------------------
+    STACK_WHY = "batched executor: jobs of one model, rule kind and batch shape stacked under torch.func.vmap"
+    ALONE_WHY = "alone in its group (model, rule kind, batch shape): nothing to stack"
+
     def run(self, futures):
         groups: dict = {}
+        loop, whys = [], []                 # jobs run one by one (on `workers` threads on a CPU)
         for fut in futures:
-            job = fut.job
-            if job.spec.probe or job.steps <= 0:
-                groups.setdefault(("seq", id(fut)), []).append(fut)
+            why = self.loop_reason(fut.job)
+            if why is None:
+                groups.setdefault(group_key(fut.job), []).append(fut)
             else:
-                groups.setdefault(group_key(job), []).append(fut)
-        loop = []                           # jobs run one by one (on `workers` threads on a CPU)
-        for key, futs in groups.items():
-            if key[0] == "seq" or not self.use_batched(futs):
-                loop += futs
-            else:
+                loop.append(fut)
+                whys.append(why)
+        for futs in groups.values():
+            why = self.refusal(futs)
+            if why is None:
                 self.run_stacked(futs)
+            else:
+                loop += futs
+                whys += [why] * len(futs)
         if loop:
-            SequentialExecutor.run(self, loop)
+            self.run_loop(loop, whys)
 
-    def use_batched(self, futs) -> bool:
-        """Whether a group of stackable jobs is worth stacking (`auto` overrides this)."""
-        return len(futs) > 1
+    @staticmethod
+    def loop_reason(job):
+        """Why this job cannot be stacked, from its spec's declared type; None: it can."""
+        if job.spec.probe:
+            return "probe job (one step and two extra gradients): the sequential loop"
+        if job.steps <= 0:
+            return "no local steps: nothing to stack"
+        if not job.spec.rule.batchable:
+            return type(job.spec.rule).why_sequential
+        return None
+
+    def refusal(self, futs):
+        """Why a group of stackable jobs is run on the loop; None: stack it (`auto` overrides this)."""
+        return None if len(futs) > 1 else self.ALONE_WHY
+
+    def stack_why(self) -> str:
+        return self.STACK_WHY
 
     def run_stacked(self, futs):
         futs = sorted(futs, key=lambda f: -f.job.steps)   # running jobs = a prefix of the stack
         for i in range(0, len(futs), self.chunk):
             part = futs[i:i + self.chunk]
             if len(part) == 1:
-                SequentialExecutor.run(self, part)
+                self.run_loop(part, ["alone in the last chunk of its group: nothing to stack"])
                 continue
             results = self.train_stack([f.job for f in part])
             for fut, res in zip(part, results):
-                self._count(fut.job)
+                self._count(fut.job, "batched", self.stack_why())
                 fut._set(res)
                 fut.job = None
 
@@ -145,13 +173,11 @@ class BatchedExecutor(SequentialExecutor):
         td = self.tasks[jobs[0].task]
         net, dev = td.net, self.device
         rule0 = jobs[0].spec.rule
-        fn = self._grad_fns.get(jobs[0].task)
-        if fn is None:
-            fn = self._grad_fns[jobs[0].task] = _stacked_grad(net)
         J = len(jobs)
         steps = np.array([j.steps for j in jobs])
         S = int(steps.max())
         W = torch.stack([force(j.spec.start).detach().to(dev) for j in jobs])
+        fn = self._step_grad(jobs, W)
         dt = W.dtype
         col = lambda vals: torch.tensor(vals, dtype=dt, device=dev).unsqueeze(1)  # noqa: E731
         wd = col([j.spec.rule.weight_decay for j in jobs]) if rule0.weight_decay else None
@@ -178,7 +204,7 @@ class BatchedExecutor(SequentialExecutor):
             k = active[h]
             Bh = int(size[h, :k].max())
             ib = idx[h, :k, :Bh]
-            g, loss = fn(W[:k], td.x[ib], td.y[ib], wt[h, :k, :Bh])
+            g, loss = fn(h, W[:k], td.x[ib], td.y[ib], wt[h, :k, :Bh], size[h, :k])
             self.stats.grad_evals += k
             lsum[:k] += loss.detach()
             if gsum is not None:
@@ -197,6 +223,36 @@ class BatchedExecutor(SequentialExecutor):
                 gm = gsum[i] / n
             out.append(TrainResult(params=W[i].clone(), steps=n, loss_mean=losses[i] / n, grad_mean=gm))
         return out
+
+    def _step_grad(self, jobs, W):
+        """fn(h, W[:k], X, Y, WT, sizes) -> (G, losses) of step h for the k jobs still running:
+        the model's vmapped gradient, or the rule's functional pieces (gradient.py) under vmap,
+        with the jobs' start and named vectors stacked and each job's noise from its own stream."""
+        task, rule = jobs[0].task, jobs[0].spec.rule
+        net = self.tasks[task].net
+        if not rule.has_pieces:
+            fn = self._grad_fns.get(task)
+            if fn is None:
+                fn = self._grad_fns[task] = _stacked_grad(net)
+            return lambda h, w, x, y, wt, sizes: fn(w, x, y, wt)
+        pg = PiecesGradient(net, rule)
+        vmapped = pg.stacked()
+        start = W.clone()
+        vectors = {k: torch.stack([v[k] for v in map(self.spec_vectors, (j.spec for j in jobs))])
+                   for k in jobs[0].spec.vectors}
+        rngs = [noise_stream(self.streams, j) for j in jobs]
+
+        def fn(h, w, x, y, wt, sizes):
+            k = len(w)
+            noises = ()
+            if pg.noise_count:
+                draws = [draw_noise(rngs[i], pg.noise_count, w.shape[1], w) for i in range(k)]
+                noises = tuple(torch.stack([d[c] for d in draws]) for c in range(pg.noise_count))
+            bsz = torch.as_tensor(sizes, dtype=w.dtype, device=w.device)
+            return vmapped(w, x, y, wt.to(w.dtype), start[:k], {n: v[:k] for n, v in vectors.items()}, bsz,
+                           noises, torch.tensor(h))
+
+        return fn
 
 
 class AutoParams(BatchedParams):
@@ -234,16 +290,23 @@ class AutoExecutor(BatchedExecutor):
         (each with one torch thread): measured in benchmarks/auto_rule.py."""
         return torch.get_num_threads() if self.device.type == "cpu" else 1
 
-    def use_batched(self, futs) -> bool:
+    def stack_why(self) -> str:
+        return "auto: stacking pays here (a GPU, or at least min_jobs small jobs on a CPU)"
+
+    def refusal(self, futs):
         job = futs[0].job
         td = self.tasks[job.task]
-        if td.net.has_buffers:                   # BatchNorm: always the sequential loop
-            return False
+        if td.net.has_buffers:
+            return "the model has BatchNorm buffers (they do not stack under vmap)"
         if job.task not in self._macs:
             from ..workloads.models import forward_macs      # runs in the module's dtype and device
             self._macs[job.task] = max(forward_macs(td.net.module, tuple(td.x.shape[1:])), td.net.dim)
         batch = max(len(self.job_rows(f.job)) if f.job.batch_size is None else f.job.batch_size for f in futs)
-        return auto_batches(self.device, len(futs), self._macs[job.task] * batch, self.rule)
+        if auto_batches(self.device, len(futs), self._macs[job.task] * batch, self.rule):
+            return None
+        if len(futs) < 2:
+            return self.ALONE_WHY
+        return "auto: on a CPU the loop is faster (fewer than min_jobs jobs, or over max_step_macs per job step)"
 
 
 register("executor", "batched", BatchedParams,

@@ -14,7 +14,6 @@ parameters while it runs.
 from __future__ import annotations
 
 import re
-import threading
 
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
@@ -26,9 +25,14 @@ from pydantic import Field, field_validator
 from ..registry import Params, register
 from .batches import batch_plan
 from .flat import FlatModel
-from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, LocalRule, TrainJob, TrainResult,
+from .gradient import PiecesGradient, noise_stream
+from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, TrainJob, TrainResult,
                    probe_estimates)
 from .lazy import force
+from .paths import PROBE_KIND, PathLog
+from .threads import JobThreads
+from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
+from .user_training import JobBatches, OptimizerSteps, train_function
 
 
 class ClientRows:
@@ -85,11 +89,17 @@ class Executor:
         self.device = device
         self.params = params          # the scenario's executor block (None: defaults)
         self.stats = ExecutorStats()
+        self.paths = PathLog()        # which path each job kind took, and why (summary.json)
 
     def submit(self, job: TrainJob) -> JobFuture:
         """A future for `job`. A spec asking for probes is split: the training job itself
         (no probe) and a one-step probe job on the same batches (its first batch is the
         training's first batch), read through `future.probe`."""
+        rule = job.spec.rule
+        if not isinstance(rule, ClientTraining):
+            raise TypeError(f"LocalSpec.rule must be a ClientTraining (compute/training.py), not {type(rule).__name__}")
+        if job.spec.probe and not isinstance(rule, LocalRule):
+            raise ValueError("gradient probes need a LocalRule (their g_c step uses its learning rate)")
         self.stats.jobs_submitted += 1
         self.stats.steps_submitted += job.steps
         probe = None
@@ -159,14 +169,20 @@ class Executor:
         rng = self.streams.keyed("batches", job.client, job.round, job.task, job.tag, PROBE_KEY)
         return batch_plan(n, 1, job.batch_size, rng)[0]
 
-    def _count(self, job: TrainJob):
+    def spec_vectors(self, spec) -> dict:
+        """The spec's named vectors as tensors on the device."""
+        return {k: force(v).detach().to(self.device) for k, v in spec.vectors.items()}
+
+    def _count(self, job: TrainJob, path: str, why: str):
         if job.spec.probe:
             # a probe job (see submit) is its client's first step run again on the side:
             # extra gradients, not one of the local steps the fleet performed
             self.stats.probe_evals += job.steps
+            self.paths.note(job.task, PROBE_KIND, path, why, job.steps)
             return
         self.stats.jobs_computed += 1
         self.stats.steps_computed += job.steps
+        self.paths.note(job.task, job.spec.rule.kind(), path, why, job.steps)
 
 
 def sgd_step(w, g, buf, lr, weight_decay=None, prox_mu=None, momentum=None, nesterov=False,
@@ -194,10 +210,23 @@ def sgd_update(w, g, buf, rule: LocalRule, h: int, anchor, correction):
                     rule.momentum or None, rule.nesterov, anchor, correction)
 
 
+class SgdSteps:
+    """`step(w, g, h)` of a LocalRule: sgd_update with the job's anchor, correction and buffer."""
+
+    def __init__(self, rule: LocalRule, anchor, correction):
+        self.rule, self.anchor, self.correction, self.buf = rule, anchor, correction, None
+
+    def __call__(self, w, g, h):
+        w, self.buf = sgd_update(w, g, self.buf, self.rule, h, self.anchor, self.correction)
+        return w
+
+
 class SequentialExecutor(Executor):
     """The reference: one job after another, one step after another."""
 
     name = "sequential"
+    #: why a job ran on the loop (summary.json executor_paths)
+    LOOP_WHY = "sequential executor: one job after another"
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
@@ -210,18 +239,36 @@ class SequentialExecutor(Executor):
         return 1
 
     def run(self, futures):
+        self.run_loop(futures, [self.LOOP_WHY] * len(futures))
+
+    def run_loop(self, futures, whys):
+        """Compute these jobs one by one (on `workers` threads on a CPU); `whys[i]`: why job i
+        is on the loop."""
         jobs = [fut.job for fut in futures]
         if self._threads is not None and len(jobs) > 1:
             results = self._threads.map(self.train, jobs, self.tasks)
         else:
             results = [self.train(job) for job in jobs]
-        for fut, job, res in zip(futures, jobs, results):
+        for fut, job, res, why in zip(futures, jobs, results, whys):
             self.stats.grad_evals += res.steps
             if res.probe is not None:
                 self.stats.probe_evals += 2          # g_b and g_c (tsfl.md 3.4)
-            self._count(job)
+            self._count(job, "sequential", why)
             fut._set(res)
             fut.job = None  # free start / anchor / correction references
+
+    @staticmethod
+    def batches(td: TaskData, rows, plan):
+        """(x, y) of each planned mini-batch (a full batch is gathered once)."""
+        full = None
+        for b in plan:
+            if len(b) == len(rows):
+                if full is None:
+                    full = (td.x[rows], td.y[rows])
+                yield full
+            else:
+                idx = rows[torch.from_numpy(b).to(rows.device)]
+                yield td.x[idx], td.y[idx]
 
     def train(self, job: TrainJob, net: Optional[FlatModel] = None) -> TrainResult:
         """One job, step after step. `net`: the module replica to run (default: the task's)."""
@@ -229,37 +276,51 @@ class SequentialExecutor(Executor):
         net = net or td.net
         spec, rule = job.spec, job.spec.rule
         w = force(spec.start).detach().to(self.device).clone()
-        anchor = None
-        if rule.prox_mu:
-            anchor = w.clone() if spec.anchor is None else force(spec.anchor).detach()
-        corr = None if spec.correction is None else force(spec.correction).detach()
         bufs = None if spec.buffers is None else force(spec.buffers).detach().to(self.device).clone()
         rows = self.job_rows(job)
         plan = self.plan(job)
-        buf = None
+        if isinstance(rule, TrainFunction):
+            at = lambda b: next(self.batches(td, rows, [b]))  # noqa: E731
+            params, bufs, loss = train_function(self, job, net, w, bufs, JobBatches(at, plan))
+            return TrainResult(params=params, steps=len(plan), loss_mean=loss, buffers=bufs)
+        step = self.stepper(rule, spec, net, w)
+        grad = self.gradient(job, net, w, bufs)
         gsum = torch.zeros_like(w) if spec.want_grad_mean else None
         lsum = torch.zeros((), dtype=w.dtype, device=w.device)
-        full = None
-        for h, b in enumerate(plan):
-            if len(b) == len(rows):
-                if full is None:
-                    full = (td.x[rows], td.y[rows])
-                xb, yb = full
-            else:
-                idx = rows[torch.from_numpy(b).to(rows.device)]
-                xb, yb = td.x[idx], td.y[idx]
-            loss, g = net.loss_and_grad(w, xb, yb, bufs)     # BatchNorm: updates bufs in place
+        for h, (xb, yb) in enumerate(self.batches(td, rows, plan)):
+            loss, g = grad(w, xb, yb, h)
             lsum += loss
             if gsum is not None:
                 gsum += g
             if h == 0 and spec.probe:
                 probe = self._probe(td, net, job, rows, w, g, xb, yb, rule.lr_at(0), spec.buffers)
-            w, buf = sgd_update(w, g, buf, rule, h, anchor, corr)
+            w = step(w, g, h)
         n = len(plan)
         return TrainResult(params=w, steps=n,
                            loss_mean=float(lsum) / n if n else float("nan"),
                            grad_mean=(gsum / n if (gsum is not None and n) else gsum),
                            probe=probe if (spec.probe and n) else None, buffers=bufs)
+
+    @staticmethod
+    def stepper(rule, spec, net, w):
+        """The update of one local step, from the rule's type."""
+        if isinstance(rule, OptimizerRule):
+            return OptimizerSteps(rule, net, w)
+        anchor = None
+        if rule.prox_mu:
+            anchor = w.clone() if spec.anchor is None else force(spec.anchor).detach()
+        corr = None if spec.correction is None else force(spec.correction).detach()
+        return SgdSteps(rule, anchor, corr)
+
+    def gradient(self, job, net, w, bufs):
+        """grad(w, xb, yb, h) -> (loss, g): the model's own gradient (BatchNorm: updates bufs in
+        place), or the rule's functional pieces (gradient.py)."""
+        rule = job.spec.rule
+        if not rule.has_pieces:
+            return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs)
+        pg, start = PiecesGradient(net, rule), w.clone()
+        vectors, rng = self.spec_vectors(job.spec), noise_stream(self.streams, job)
+        return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng)
 
     def _probe(self, td, net, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
         """tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
@@ -273,60 +334,6 @@ class SequentialExecutor(Executor):
         """A gradient on the side (probes): BatchNorm statistics are updated on a throwaway copy."""
         bufs = None if buffers is None else force(buffers).detach().clone()
         return net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
-
-
-class JobThreads:
-    """`map(train, jobs)` on `n` Python threads, each with one torch thread and its own
-    replica of every module it runs. Threads are started per call (tens of microseconds,
-    beside milliseconds of training), so no idle thread outlives a level; jobs are taken
-    from a shared counter (clients with more steps do not hold the others up); results come
-    back in the jobs' order and the first exception is raised in the caller."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self._replicas = [dict() for _ in range(n)]    # worker -> task -> FlatModel
-
-    def _make_replicas(self, jobs, tasks, workers: int):
-        """Before the threads start (the original module must not be running while it is
-        copied): worker 0 runs the task's own module, the others a replica each."""
-        for task in {job.task for job in jobs}:
-            for k in range(workers):
-                if task not in self._replicas[k]:
-                    self._replicas[k][task] = tasks[task].net if k == 0 else tasks[task].net.replica()
-
-    def map(self, train, jobs: list, tasks) -> list:
-        results = [None] * len(jobs)
-        errors = []
-        nxt = iter(range(len(jobs)))
-        lock = threading.Lock()
-
-        def work(worker):
-            torch.set_num_threads(1)
-            while not errors:
-                with lock:
-                    i = next(nxt, None)
-                if i is None:
-                    return
-                try:
-                    results[i] = train(jobs[i], self._replicas[worker][jobs[i].task])
-                except BaseException as e:       # re-raised in the caller
-                    errors.append(e)
-
-        workers = min(self.n, len(jobs))
-        self._make_replicas(jobs, tasks, workers)
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(workers)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            torch.set_num_threads(before)
-        if errors:
-            raise errors[0]
-        return results
 
 
 class ExecutorParams(Params):

@@ -1,46 +1,22 @@
 """What an algorithm asks a client to compute, and what comes back.
 
-The algorithm fills a `LocalSpec` (start vector, local rule, optional prox anchor and
-correction vector); the protocol fixes the number of steps in virtual time and submits a
-`TrainJob`; the executor returns a `JobFuture` whose value is a `TrainResult`.
+The algorithm fills a `LocalSpec` (start vector, how the client trains (`training.py`),
+optional prox anchor, correction vector and named vectors); the protocol fixes the number
+of steps in virtual time and submits a `TrainJob`; the executor returns a `JobFuture` whose
+value is a `TrainResult`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
 from .lazy import Lazy
+from .training import ClientTraining, LocalRule  # noqa: F401  (LocalRule: its historical home)
 
 Vector = Union[torch.Tensor, Lazy]
-
-
-@dataclass(frozen=True)
-class LocalRule:
-    """How each local step updates w (PyTorch SGD semantics):
-
-    g  = grad loss(w; batch)                       raw stochastic gradient
-    g += weight_decay * w + prox_mu * (w - anchor) + correction
-    buf = momentum * buf + g      (buf = g at the first step)
-    w  -= lr[h] * (g + momentum * buf if nesterov else buf)
-    """
-
-    lr: Union[float, tuple] = 0.01          # constant, or one value per step
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    prox_mu: float = 0.0
-    nesterov: bool = False
-
-    def lr_at(self, h: int) -> float:
-        if isinstance(self.lr, tuple):
-            return self.lr[min(h, len(self.lr) - 1)]
-        return self.lr
-
-    def key(self) -> tuple:
-        """Jobs with the same key can share one batched kernel."""
-        return (self.momentum != 0, self.weight_decay != 0, self.prox_mu != 0, self.nesterov)
 
 
 @dataclass
@@ -48,13 +24,20 @@ class LocalSpec:
     """An algorithm's answer to "how does client i train in round t"."""
 
     start: Vector
-    rule: LocalRule
+    rule: ClientTraining                   # how the client trains (compute/training.py)
     anchor: Optional[Vector] = None        # prox anchor; None = start
     correction: Optional[Vector] = None    # added to every gradient (SCAFFOLD / FedSUM)
     want_grad_mean: bool = False           # also return the mean raw gradient
     probe: bool = False                    # also return gradient probes (tsfl.md 3.4)
     buffers: Optional[Vector] = None       # BatchNorm running statistics at the start (set by the
                                            # protocol for models with buffers; compute/flat.py)
+    vectors: dict = field(default_factory=dict)   # named vectors the rule's pieces read
+                                           # (client state, ...; each may be lazy)
+
+    def lazy_inputs(self) -> tuple:
+        """The spec's vectors that are still lazy (a job runs after them)."""
+        vs = (self.start, self.anchor, self.correction, self.buffers, *self.vectors.values())
+        return tuple(v for v in vs if isinstance(v, Lazy))
 
 
 @dataclass(eq=False)
@@ -104,8 +87,7 @@ class JobFuture(Lazy):
         self.job, self.executor, self.probe_job = job, executor, probe_job
 
     def inputs(self):
-        s = self.job.spec
-        return tuple(v for v in (s.start, s.anchor, s.correction, s.buffers) if isinstance(v, Lazy))
+        return self.job.spec.lazy_inputs()
 
     @property
     def params(self) -> "Lazy":
@@ -159,5 +141,4 @@ class CohortFuture(Lazy):
         self.job, self.executor = job, executor
 
     def inputs(self):
-        s = self.job.spec
-        return tuple(v for v in (s.start, s.anchor, s.correction) if isinstance(v, Lazy))
+        return self.job.spec.lazy_inputs()

@@ -1,0 +1,26 @@
+"""FedAvg with the clients' mini-batch gradients clipped to a norm (docs/local-training.md,
+depth a: a gradient transform; batched and sequential paths alike)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pydantic import Field
+
+from emulator.algorithms.fedavg import FedAvg, FedAvgParams
+from emulator.compute.pieces import ClipNorm
+from emulator.registry import register
+
+
+class ClipFedAvgParams(FedAvgParams):
+    max_norm: float = Field(1.0, gt=0, description="each local step's gradient clipped to this norm")
+
+
+class ClipFedAvg(FedAvg):
+    name = "fedavg_clip"
+
+    def local_rule(self, t):
+        return replace(super().local_rule(t), transforms=(ClipNorm(self.p.max_norm),))
+
+
+register("algorithm", "fedavg_clip", ClipFedAvgParams,
+         "FedAvg with local gradient-norm clipping", ClipFedAvg)
