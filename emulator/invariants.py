@@ -131,7 +131,7 @@ def check(world, metrics, clients) -> list:
     for log in rec.rounds:
         ids = log.clients()
         for i in np.flatnonzero(log.bytes_up > 0):
-            lat = getattr(world.clients[int(ids[i])].link, "latency", 0.0)
+            lat = world.clients[int(ids[i])].link.latency
             if log.comm_time[i] + 1e-9 < 2 * lat:
                 bad.append(f"round {log.round} client {int(ids[i])}: comm_time {log.comm_time[i]:.6g}s < 2 x latency")
                 break

@@ -38,7 +38,7 @@ class NetworkSim:
         # group's stream ("network.spread", group): one NumPy draw, however large the fleet
         self.factor = np.ones(len(clients))
         for gi, link in self.links.items():
-            if getattr(link, "spread", 0) > 0:
+            if link.spread > 0:
                 members = np.flatnonzero(self.group_of == gi)
                 self.factor[members] = link.spread_factors(len(members), streams.keyed("network.spread", gi))
         if settings.server_link is not None or settings.topology is not None:
@@ -109,7 +109,7 @@ class NetworkSim:
     def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.
         The latency's jitter is given (the round's bulk draw) or drawn from `rng`."""
-        if jitter is None and getattr(client.link, "jitter", 0) > 0:
+        if jitter is None and client.link.jitter > 0:
             jitter = float(client.link.delay(rng) - client.link.latency)
         if self.flows is None:
             return Timed(self.env.timeout(self.link_time(client, nbytes, direction, jitter or 0.0)))

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ...algorithms.base import VersionedModel
 from ...registry import register
 from ..recorder import RoundLog
 from .base import LocalWorkParams, Protocol
@@ -35,6 +36,13 @@ class AsyncParams(LocalWorkParams):
 
 class Async(Protocol):
     name = "async"
+
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        for task in world.tasks:
+            if not isinstance(task.algorithm, VersionedModel):
+                raise TypeError(f"protocol async needs an algorithm whose server model is versioned "
+                                f"(algorithms.base.VersionedModel); {task.algorithm.name} is not")
 
     def process(self):
         w, env = self.world, self.env

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 from ... import registry
 from ...registry import Params
 
-from ...algorithms.base import Arrival, Rows
+from ...algorithms.base import Arrival, BackgroundTraining, Rows
 from ...compute.jobs import TrainJob
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError, InvariantError
@@ -140,10 +140,14 @@ class Protocol:
         self.p = params
         self.env = world.env
         self.multicast_sent = False     # this round's multicast broadcast has been counted
-        self.multicast = getattr(params, "broadcast", "unicast") == "multicast"
+        self.multicast = False          # a protocol with `broadcast: multicast` sets it
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
-        sel = getattr(params, "select", None)
-        self.selector = None if sel is None else registry.get("selection", sel.model).factory(sel)
+        self.selector = None            # a protocol with `select` sets it (`make_selector`)
+
+    @staticmethod
+    def make_selector(spec):
+        """The server-side selection a protocol's `select` block names."""
+        return registry.get("selection", spec.model).factory(spec)
 
     def available(self, t: int) -> np.ndarray:
         """Ids of the clients online now (per-round models asked for round t), per device group."""
@@ -172,8 +176,8 @@ class Protocol:
 
     def local_steps(self, client_id: int, task) -> int:
         """Fixed local work per round: local_steps, or local_epochs x ceil(n_i / B)."""
-        p = self.p
-        if getattr(p, "local_steps", None) is not None:
+        p = self.p                      # LocalWorkParams
+        if p.local_steps is not None:
             return int(p.local_steps)
         from ...compute.batches import steps_per_epoch
         spe = steps_per_epoch(int(task.client_sizes[client_id]), task.batch_size)
@@ -181,7 +185,7 @@ class Protocol:
 
     def steps_of(self, clients, task) -> np.ndarray:
         """`local_steps` of many clients (one array; fixed local_steps costs no loop)."""
-        if getattr(self.p, "local_steps", None) is not None:
+        if self.p.local_steps is not None:
             return np.full(len(clients), int(self.p.local_steps), dtype=np.int64)
         return np.array([self.local_steps(int(c), task) for c in clients], dtype=np.int64)
 
@@ -283,9 +287,10 @@ class Protocol:
     def cohort_spec(self, task, t: int, bc):
         """The one spec a round's cohort trains from (protocols/cohort.py), or None: client by
         client (models with BatchNorm statistics and background training always are)."""
-        if task.net.has_buffers or getattr(task.algorithm, "trains_unselected", False):
+        algo = task.algorithm
+        if task.net.has_buffers or not algo.cohort_path or isinstance(algo, BackgroundTraining):
             return None
-        return task.algorithm.cohort_spec(t, bc)
+        return algo.cohort_spec(t, bc)
 
     def plan_round(self, task, t: int, clients, steps, draws) -> Optional[list]:
         """Each participant's (download, compute, step floor, upload) seconds, computed for the
@@ -314,7 +319,7 @@ class Protocol:
             work.transfer = None         # (a timeout: nothing to cancel)
             return env.timeout(seconds)
         jitter = work.draws.jitter_of(work.client.id, direction)
-        rng = work.rng(w.streams) if jitter is None and getattr(work.client.link, "jitter", 0) > 0 else None
+        rng = work.rng(w.streams) if jitter is None and work.client.link.jitter > 0 else None
         work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng)
         return work.transfer.event
 

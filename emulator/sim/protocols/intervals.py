@@ -66,6 +66,10 @@ class IntervalsParams(Params):
 class Intervals(Protocol):
     name = "intervals"
 
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        self.selector = self.make_selector(params.select)
+
     def subset(self, cid: int, t: int, pool: int) -> Optional[np.ndarray]:
         """This interval's local sample numbers (Case 3), or None for all of them."""
         ds = self.p.data_sizes

@@ -85,7 +85,7 @@ class MultiModel(Protocol):
         for task in world.tasks:                       # Alg. 1 line 1: models start at 0 (A17)
             model = world.sc.workload_list[task.index].model.name
             if p.init == "zeros" or (p.init == "auto" and model in ("quadratic", "logreg")):
-                task.algorithm.x = torch.zeros_like(task.algorithm.x)
+                task.algorithm.start_from(torch.zeros_like(task.algorithm.global_params()))
         self.series = {m: ([], [], []) for m in range(M)}   # model -> evaluated (rounds, values, times)
         self.all_hit = None       # (T_P, virtual time) once every model met its target
         self.model_start = {}     # sequential: model -> (first round, virtual time it started)

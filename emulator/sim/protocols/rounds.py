@@ -14,6 +14,7 @@ import numpy as np
 
 from pydantic import BeforeValidator, Field
 
+from ...algorithms.base import BackgroundTraining
 from ...registry import Params, register
 from ..client import State
 from .background import Background
@@ -58,6 +59,8 @@ class Rounds(Protocol):
 
     def __init__(self, world, params):
         super().__init__(world, params)
+        self.selector = self.make_selector(params.select)
+        self.multicast = params.broadcast == "multicast"
         self.last_participants = 0
         self.background = Background(self)
         why = self.vector_blockers()
@@ -75,7 +78,7 @@ class Rounds(Protocol):
             why.append("clients go offline in continuous time (availability)")
         if w.network.flows is not None:
             why.append("transfers share links (network.server_link / topology)")
-        if any(getattr(t.algorithm, "trains_unselected", False) for t in w.tasks):
+        if any(isinstance(t.algorithm, BackgroundTraining) for t in w.tasks):
             why.append("the algorithm trains unselected clients in the background")
         if w.recorder.events is not None:
             why.append("the event trace is on (output.events)")
@@ -107,7 +110,7 @@ class Rounds(Protocol):
         avail = self.available(t)
         chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
         algo = task.algorithm
-        background = getattr(algo, "trains_unselected", False)
+        background = isinstance(algo, BackgroundTraining)
         if w.recorder.participants_only and not background:   # rows of the participants only
             log = w.recorder.round_log(t, ids=chosen)
             log.available[:] = True
@@ -144,7 +147,7 @@ class Rounds(Protocol):
             c = w.clients[cid]
             if events:
                 self.set_state(c, State.SELECTED, t)
-            first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
+            first = self.background.settle(c, task, t, algo.unfinished) if background else None
             parts.append(Participation(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
                                                         draws=draws, cohort=shared is not None, plan=plan)))
         self.start_participants(parts)

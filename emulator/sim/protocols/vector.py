@@ -100,7 +100,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     log.compute_time[rows] = np.where(up_started, dur, np.where(computing, elapsed, 0.0))
     log.min_compute[rows] = rec_steps * floor
     down_bytes = np.where(down_done, bd, 0)
-    if getattr(proto.p, "broadcast", "unicast") == "multicast" and down_done.any():
+    if proto.multicast and down_done.any():
         first = min(np.flatnonzero(down_done), key=lambda i: (a1[i], i))   # counted once, at the first arrival
         down_bytes = np.zeros(n, dtype=np.int64)
         down_bytes[first] = bd
