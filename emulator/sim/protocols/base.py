@@ -35,20 +35,12 @@ from ...errors import DivergedError, InvariantError
 from ..client import State
 from ..draws import NO_DRAWS, RoundDraws
 from .cohort import Cohort
-from .participation import WentOffline
+from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
 from .round_plan import round_times
 
 
-LATE = 2   # SimPy priority below NORMAL (1): processed after every other event at that instant
-
-
-def closing_time(env, delay: float):
-    """A timeout that fires after every other event scheduled for the same instant, even
-    those created at that instant: a deadline at T counts every upload arriving at T."""
-    ev = simpy.events.Event(env)
-    ev._ok, ev._value = True, None
-    env.schedule(ev, LATE, delay)
-    return ev
+class WentOffline(Exception):
+    """The client's online period ended while it was working."""
 
 
 class Gate:
@@ -445,8 +437,8 @@ class Protocol:
         `wait`). `cohort`: the round's cohort holds its job (protocols/cohort.py): the client
         counts it when it starts computing and uploads None. `plan`: its (download, compute,
         step floor, upload) seconds, planned for the round (`plan_round`). Run inline by the
-        caller's process (`yield from`, `async`), or without a process (`Participation`: a
-        round's participants)."""
+        caller's process (`yield from`, `async`), or without a process (`Driver`: a round's
+        participants)."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
         down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
@@ -483,13 +475,9 @@ class Protocol:
             self._stopped(work, stop, self.on_offline(on_fail), True)
 
     def start_participants(self, parts: list) -> None:
-        """Start a round's participants (`Participation`s: `participate` without a process each)
-        from one urgent event at this instant: they start in order, after what is already due
-        now, as processes created here would (at their Initialize events)."""
-        ev = simpy.events.Event(self.env)
-        ev._ok, ev._value = True, None
-        ev.callbacks.append(lambda _ev: [part.start() for part in parts])
-        self.env.schedule(ev, simpy.events.URGENT)
+        """Start a round's participants (`Driver`s: `participate` without a process each) in
+        order at this instant, as processes created here would (sim/simpy_internals.py)."""
+        start_all(self.env, parts)
 
     @staticmethod
     def on_offline(on_fail: Optional[Callable]):

@@ -31,7 +31,7 @@ from ... import gain as G
 from ...registry import Params, register
 from ..client import State
 from .base import Gate, LocalWorkParams, Protocol, closing_time
-from .participation import Participation
+from ..simpy_internals import Driver
 from .rounds import Wait, WaitAll
 
 
@@ -144,7 +144,7 @@ class MultiModel(Protocol):
         for cid in members:
             c = w.clients[int(cid)]
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
-            parts.append(Participation(self.participate(
+            parts.append(Driver(self.participate(
                 c, task, t, bc, steps(int(cid)), log,
                 gate.arrive, gate.fail, draws=draws)))
         self.start_participants(parts)

@@ -20,7 +20,7 @@ from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
 from .cohort import submit_cohort
-from .participation import Participation
+from ..simpy_internals import Driver
 from .vector import vector_round
 
 
@@ -148,7 +148,7 @@ class Rounds(Protocol):
             if events:
                 self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.unfinished) if background else None
-            parts.append(Participation(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
+            parts.append(Driver(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
                                                         draws=draws, cohort=shared is not None, plan=plan)))
         self.start_participants(parts)
         for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
