@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InvariantError
+from .sim.recorder import IDLE
 
 
 def check(world, metrics, clients) -> list:
@@ -42,7 +43,7 @@ def check(world, metrics, clients) -> list:
             bad.append(f"model {task.index} ({task.path}) was never aggregated")
     # one row per (round, client), whatever the model (a multi-model client trains one model per
     # round); a run recorded per job (async): every row a job, merged once or lost (dropped)
-    per_job = any("job" in log.extra for log in rec.rounds)
+    per_job = rec.per_job                  # declared by the protocol (JOB logs)
     rows = [log for log in rec.rounds if log.aggregation] if per_job else rec.rounds
     if rows:
         r = np.concatenate([np.full(log.n, log.round, dtype=np.int64) for log in rows])
@@ -67,7 +68,7 @@ def check(world, metrics, clients) -> list:
     # aggregation weights sum to the rule's documented total; dropped clients weigh 0
     ran.append("weights")
     for log in rec.rounds:
-        if log.task < 0:          # multi-model: the round's idle clients
+        if log.kind == IDLE:      # multi-model: the round's idle clients
             continue
         algo = world.tasks[log.task].algorithm
         wts = log.weight

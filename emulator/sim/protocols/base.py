@@ -126,6 +126,8 @@ class Protocol:
     name = "?"
     #: trains several models at once (`workloads:`); single-model protocols refuse them
     multi_model = False
+    #: records one clients.csv row per client job (JOB logs, sim/recorder.py), not per round
+    records_per_job = False
 
     def __init__(self, world, params):
         self.world = world

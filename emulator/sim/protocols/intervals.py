@@ -151,7 +151,7 @@ class Intervals(Protocol):
             dur = self.within(t0, d, dur, u, delta)
             if rows is not None:
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
-            log.set_extra("sgd_steps", cid, tau * spi, dtype=np.int64, default=0)
+            log.record_sgd_steps(cid, tau * spi)
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts

@@ -106,7 +106,7 @@ class MultiModel(Protocol):
         groups = self.assigner.assign(t, avail, self.rng)
         busy = np.concatenate(groups) if groups else np.zeros(0, np.int64)
         idle = np.setdiff1d(np.arange(w.num_clients), busy)
-        idle_log = w.recorder.round_log(t, task=-1, ids=idle)
+        idle_log = w.recorder.idle_log(t, idle)
         idle_log.available[:] = np.isin(idle, avail)
         u0 = (t - 1) % self.M
         close = closing_time(env, self.p.wait.seconds) if self.p.wait.mode == "deadline" else None
