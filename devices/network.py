@@ -195,18 +195,36 @@ def max_min_rates(flows: dict, capacity: dict) -> dict:
 
 
 class Flow:
-    __slots__ = ("id", "path", "bits", "rate", "done", "started")
+    __slots__ = ("id", "path", "bits", "rate", "done", "started", "background")
 
-    def __init__(self, fid, path, bits, done):
+    def __init__(self, fid, path, bits, done, background=False):
         self.id, self.path, self.bits, self.rate, self.done = fid, path, float(bits), 0.0, done
         self.started = False
+        self.background = background
+
+
+def yielding_rates(flows: dict, background: dict, capacity: dict) -> dict:
+    """Max-min fair rates where `background` flows yield: the other flows share the
+    capacity max-min fairly as if the background ones were absent, and the background flows
+    share what they leave, max-min fairly. Both dicts: {flow id: [link ids on its path]}."""
+    rates = max_min_rates(flows, capacity)
+    if not background:
+        return rates
+    left = dict(capacity)
+    for f, path in flows.items():
+        for link in path:
+            left[link] = max(0.0, left[link] - rates[f])
+    rates.update(max_min_rates(background, left))
+    return rates
 
 
 class FlowNetwork:
     """Flows over directed links with max-min fair sharing, in SimPy virtual time.
 
     `send(path, bits, latency)` returns a `Transfer` whose `event` fires when the last bit
-    arrives; `Transfer.cancel()` removes the flow (a client that went offline)."""
+    arrives; `Transfer.cancel()` removes the flow (a client that went offline). A flow sent
+    with `background=True` yields: it gets only the capacity the other flows leave
+    (`yielding_rates`), so it never slows them."""
 
     EPS = 1e-9   # bits
 
@@ -219,8 +237,9 @@ class FlowNetwork:
         self._gen = 0
         self.recomputes = 0
 
-    def send(self, path: Sequence[Hashable], bits: float, latency: float = 0.0) -> "Transfer":
-        tr = Transfer(self, list(path), bits, self.env.event())
+    def send(self, path: Sequence[Hashable], bits: float, latency: float = 0.0,
+             background: bool = False) -> "Transfer":
+        tr = Transfer(self, list(path), bits, self.env.event(), background)
         if latency > 0:
             tr._start_ev = self.env.timeout(latency)
             tr._start_ev.callbacks.append(lambda _ev: tr._begin())
@@ -252,7 +271,10 @@ class FlowNetwork:
         self.recomputes += 1
         self._gen += 1
         gen = self._gen
-        rates = max_min_rates({f.id: f.path for f in self.flows.values()}, self.capacity)
+        fg, bg = {}, {}
+        for f in self.flows.values():
+            (bg if f.background else fg)[f.id] = f.path
+        rates = yielding_rates(fg, bg, self.capacity)
         nxt = math.inf
         for f in self.flows.values():
             f.rate = rates[f.id]
@@ -275,9 +297,9 @@ class FlowNetwork:
 
 
 class Transfer:
-    def __init__(self, net, path, bits, event):
+    def __init__(self, net, path, bits, event, background=False):
         self.net, self.event = net, event
-        self.flow = Flow(next(net._ids), path, bits, event)
+        self.flow = Flow(next(net._ids), path, bits, event, background)
         self._start_ev = None
         self.cancelled = False
 

@@ -178,7 +178,7 @@ class Intervals(Protocol):
         def body():
             yield from self.download(work, self.message_numel(task, "down"))
             fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), tau * spi, duration=dur,
-                                          record_steps=tau, unit_floor=floor, rows=rows)
+                                          record_steps=tau, step_floor=floor, rows=rows)
             up = algo.upload(client.id, t, fut)
             up.meta["tau"] = tau
             if rows is not None:

@@ -124,6 +124,7 @@ class Rounds(Protocol):
             algo.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
         self.multicast_sent = False
+        self.multicast_key = (task.index, t)
         ids = np.asarray(chosen).tolist()
         if background:
             picked = set(ids)

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .cohort import submit_cohort
+from .outcome import multicast_first, never_ends, steps_done
 from .round_plan import round_times
 
 
@@ -91,8 +92,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     comm = np.where(down_done, a1 - t0, T - t0)
     comm = np.where(arrived, comm + (a3 - a2), np.where(up_started, comm + (T - a2), comm))
     elapsed = np.where(computing, T - a1, 0.0)
-    safe = np.where(dur > 0, dur, 1.0)
-    partial = np.where(dur > 0, np.floor(steps * elapsed / safe + 1e-9), steps)
+    partial = steps_done(steps, elapsed, dur)
     rec_steps = np.where(up_started, steps, np.where(computing, partial, 0)).astype(np.int64)
     rows = log.positions(ids)
     log.comm_time[rows] = comm
@@ -100,8 +100,8 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     log.compute_time[rows] = np.where(up_started, dur, np.where(computing, elapsed, 0.0))
     log.min_compute[rows] = rec_steps * floor
     down_bytes = np.where(down_done, bd, 0)
-    if proto.multicast and down_done.any():
-        first = min(np.flatnonzero(down_done), key=lambda i: (a1[i], i))   # counted once, at the first arrival
+    first = multicast_first(a1, down_done) if proto.multicast else None
+    if first is not None:                # counted once, at the first arrival
         down_bytes = np.zeros(n, dtype=np.int64)
         down_bytes[first] = bd
     log.bytes_down[rows] = down_bytes
@@ -138,5 +138,5 @@ def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor
     log.bytes_down[rows] = bd
     log.bytes_up[rows] = np.where(fin, bu, 0)
     log.messages.extend([(nd, bd, "down")] * len(ids) + [(nu, bu, "up")] * int(fin.sum()))
-    yield env.event()                        # never fires
+    yield never_ends(env)
     return []
