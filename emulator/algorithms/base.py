@@ -168,7 +168,7 @@ class Algorithm:
     def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
         """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
         metadata only (client, steps, n_samples, meta such as tau); the others are never
-        resolved, so their training is never computed (DESIGN.md: laziness)."""
+        resolved, so their training is never computed (docs/engine.md: laziness)."""
         return [a.client for a in arrivals]
 
     def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> Aggregation:

@@ -1,4 +1,4 @@
-"""Build the world of one run from a validated scenario (DESIGN.md section 2, step 2):
+"""Build the world of one run from a validated scenario (docs/engine.md, "The world"):
 RNG streams, datasets and partitions, models, clients with their device models, the
 executor, the recorder and the protocol (which owns time)."""
 from __future__ import annotations

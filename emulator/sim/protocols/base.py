@@ -2,7 +2,7 @@
 `async` and `multi_model`, made of the pieces of a client's work (work.py: `Pieces`), the
 aggregation step (aggregation.py: `Aggregating`) and what is here: who is online, waiting for
 someone, the round loop, closing a round (`Gate`, `close_round`), message sizes, the
-broadcast, and a round's plan (cohort or client by client; planned seconds; bulk draws).
+broadcast, and how a round goes (cohort or client by client; planned seconds; bulk draws).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from ..client import State
 from ..draws import RoundDraws
 from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
 from .aggregation import Aggregating
-from .round_plan import round_times
+from .round_times import round_times
 from .work import Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
 
 
 class Gate:
     """Counts a round's outcomes and fires `done` once `need` uploads arrived or every
-    participant arrived or failed (DESIGN: wait on a counter and one event, not AllOf)."""
+    participant arrived or failed (a counter and one event, not AllOf)."""
 
     def __init__(self, env, participants: int, need: Optional[int] = None):
         self.env = env
@@ -231,7 +231,7 @@ class Protocol(Pieces, Aggregating):
                                  "(down_vectors x dim): a flemu bug")
         return bc
 
-    # -- a round's plan -----------------------------------------------------------------
+    # -- how a round goes ----------------------------------------------------------------
     def cohort_spec(self, task, t: int, bc):
         """The one spec a round's cohort trains from (protocols/cohort.py), or None: client by
         client (models with BatchNorm statistics and background training always are)."""
@@ -240,7 +240,7 @@ class Protocol(Pieces, Aggregating):
             return None
         return algo.cohort_spec(t, bc)
 
-    def plan_round(self, task, t: int, clients, steps, draws) -> Optional[list]:
+    def planned_seconds(self, task, t: int, clients, steps, draws) -> Optional[list]:
         """Each participant's (download, compute, step floor, upload) seconds, computed for the
         whole round in NumPy as the vector engine does (the same seconds to the last bit), for
         participants that start at once over dedicated links; None where transfers share links

@@ -80,7 +80,7 @@ class Intervals(Protocol):
         size = min(max(int(np.floor(rng.normal(ds.mean[g], ds.std[g]))), 1), pool)
         return np.sort(rng.choice(pool, size, replace=False))
 
-    def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None,
+    def fit_iterations(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None,
              draw=None) -> tuple:
         """(tau, SGD steps per iteration, compute seconds, lower bound on one iteration's
         time) for `budget` seconds of compute starting at `start` (one clock: one speed draw
@@ -146,7 +146,7 @@ class Intervals(Protocol):
                 log.drop(cid, "undeliverable")
                 continue
             rows = self.subset(cid, t, int(task.client_sizes[cid]))
-            tau, spi, dur, floor = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows),
+            tau, spi, dur, floor = self.fit_iterations(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows),
                                              draws.draw(cid))
             dur = self.within(t0, d, dur, u, delta)
             if rows is not None:

@@ -157,16 +157,16 @@ class Rounds(Protocol):
         background = isinstance(algo, BackgroundTraining)
         gate = Gate(env, len(ids), wait.k if wait.mode == "first_k" else None)
         spec = self.cohort_spec(task, t, bc)
-        planned = None if background else self.plan_round(task, t, ids, steps[:len(ids)], draws)
+        planned = None if background else self.planned_seconds(task, t, ids, steps[:len(ids)], draws)
         parts = []
         events = w.recorder.events is not None
-        for cid, k, plan in zip(ids, steps.tolist(), [None] * len(ids) if planned is None else planned):
+        for cid, k, secs in zip(ids, steps.tolist(), [None] * len(ids) if planned is None else planned):
             c = w.clients[cid]
             if events:
                 self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.unfinished) if background else None
             parts.append(Driver(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
-                                                 draws=draws, cohort=spec is not None, plan=plan)))
+                                                 draws=draws, cohort=spec is not None, seconds=secs)))
         self.start_participants(parts)
         for cid in unselected:
             self.background.start(w.clients[cid], task, t, bc, log, draws)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .cohort import submit_cohort
 from .outcome import multicast_first, never_ends, steps_done
-from .round_plan import round_times
+from .round_times import round_times
 
 
 def at_time(env, when: float):

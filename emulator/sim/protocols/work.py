@@ -76,7 +76,7 @@ class Pieces:
         work.since = env.now
         if w.recorder.events is not None:
             self.set_state(work.client, work.phase, work.round)
-        if seconds is not None:          # planned for the round (a dedicated link: `plan_round`)
+        if seconds is not None:          # planned for the round (a dedicated link: `planned_seconds`)
             work.transfer = None         # (a timeout: nothing to cancel)
             return env.timeout(seconds)
         jitter = work.draws.jitter_of(work.client.id, direction)
@@ -199,19 +199,19 @@ class Pieces:
             on_stop(work.client.id, reason)
 
     def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort: bool = False, plan=None):
+                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort: bool = False, seconds=None):
         """The usual round of a participant, a generator of the events it waits for: download
         the broadcast, compute `steps` local steps, upload; `on_arrival(client_id, upload,
         steps)` when the upload lands, `on_fail(client_id)` when the client went offline.
         `after`: an event to wait for first (the client's own unfinished background job, FedUMF
         `wait`). `cohort`: the round's cohort holds its job (protocols/cohort.py): the client
-        counts it when it starts computing and uploads None. `plan`: its (download, compute,
-        step floor, upload) seconds, planned for the round (`plan_round`). Run inline by the
+        counts it when it starts computing and uploads None. `seconds`: its (download, compute,
+        step floor, upload) seconds, planned for the round (`planned_seconds`). Run inline by the
         caller's process (`yield from`, `async`), or without a process (`Driver`: a round's
         participants)."""
         work = self.begin(client, task, t, log, draws)
         algo = task.algorithm
-        down, dur, floor, up_s = (None, None, None, None) if plan is None else plan
+        down, dur, floor, up_s = (None, None, None, None) if seconds is None else seconds
         off = work.offline
         # the pieces (download, compute, upload under `guard`) written out in one generator:
         # a SimPy resume then passes one frame, not five (the engine's cost per participant)
