@@ -89,13 +89,14 @@ class Async(Protocol):
             return
         env, w = self.env, self.world
         algo = task.algorithm
-        arrivals, agg = self.aggregate(task, algo.version + 1, [(cid, up, steps)], log, round_of=lambda c: v0)
+        next_version = algo.version + 1     # the aggregation's round number: the version it makes
+        arrivals, agg = self.aggregate(task, next_version, [(cid, up, steps)], log, round_of=lambda c: v0)
         self.merges += 1
-        t = self.merges
-        w.recorder.commit(log, t)
+        merge = self.merges
+        w.recorder.commit(log, merge)
         extra = {"round_time": env.now - self.t_last, "version": algo.version, **agg.round_cols}
         self.t_last = env.now
-        self.finish_aggregation(task, t, arrivals, log, extra)
+        self.finish_aggregation(task, merge, arrivals, log, extra)
         waiters, self._waiters = self._waiters, []
         for ev in waiters:
             ev.succeed()

@@ -65,8 +65,8 @@ class Pieces:
     """The pieces of a client's work, a mixin of `Protocol` (which gives env, world, messages,
     multicast and set_state)."""
 
-    def begin(self, client, task, t: int, log, draws=None) -> Work:
-        return Work(client, task, t, log, self.offline_watch(client), draws)
+    def begin(self, client, task, round_: int, log, draws=None) -> Work:
+        return Work(client, task, round_, log, self.offline_watch(client), draws)
 
     def _send(self, work: Work, nbytes: int, direction: str, seconds: Optional[float] = None):
         """Start a transfer of `nbytes` (taking `seconds` where the round planned it); returns
@@ -118,12 +118,12 @@ class Pieces:
         """Piece: an upload of `numel` parameters over the client's link."""
         yield from self._move(work, numel, "up", seconds)
 
-    def submit_job(self, task, client: int, t: int, steps: int, spec, buffers, rows=None):
-        """The TrainJob of `client` in round t (a model with BatchNorm statistics starts from
+    def submit_job(self, task, client: int, round_: int, steps: int, spec, buffers, rows=None):
+        """The TrainJob of `client` in round `round_` (a model with BatchNorm statistics starts from
         `buffers`, those it downloaded, unless the spec says otherwise); returns its future."""
         if task.net.has_buffers and spec.buffers is None:
             spec.buffers = buffers
-        return self.world.executor.submit(TrainJob(task.index, client, t, steps, spec, task.batch_size, rows=rows))
+        return self.world.executor.submit(TrainJob(task.index, client, round_, steps, spec, task.batch_size, rows=rows))
 
     def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
                 record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
@@ -198,7 +198,7 @@ class Pieces:
         if on_stop is not None:
             on_stop(work.client.id, reason)
 
-    def participate(self, client, task, t: int, bc, steps: int, log, on_arrival: Callable,
+    def participate(self, client, task, round_: int, bc, steps: int, log, on_arrival: Callable,
                     on_fail: Optional[Callable] = None, after=None, draws=None, cohort: bool = False, seconds=None):
         """The usual round of a participant, a generator of the events it waits for: download
         the broadcast, compute `steps` local steps, upload; `on_arrival(client_id, upload,
@@ -208,8 +208,9 @@ class Pieces:
         counts it when it starts computing and uploads None. `seconds`: its (download, compute,
         step floor, upload) seconds, planned for the round (`planned_seconds`). Run inline by the
         caller's process (`yield from`, `async`), or without a process (`Driver`: a round's
-        participants)."""
-        work = self.begin(client, task, t, log, draws)
+        participants). `round_` keys the work's draws and batches: the round (under `async`,
+        the client's job key)."""
+        work = self.begin(client, task, round_, log, draws)
         algo = task.algorithm
         down, dur, floor, up_s = (None, None, None, None) if seconds is None else seconds
         off = work.offline
@@ -228,18 +229,18 @@ class Pieces:
                 self.world.executor.count_jobs(1, steps)
                 fut, ev = self._start_compute(work, None, steps, dur, step_floor=floor)
             else:
-                fut, ev = self._start_compute(work, algo.local_spec(client.id, t, bc), steps, dur, step_floor=floor)
+                fut, ev = self._start_compute(work, algo.local_spec(client.id, round_, bc), steps, dur, step_floor=floor)
             yield ev if off is None else ev | off
             if not ev.processed:             # the online period ended first
                 raise WentOffline()
             self._computed(work)
-            up = None if cohort else algo.upload(client.id, t, fut)
+            up = None if cohort else algo.upload(client.id, round_, fut)
             ev = self._send(work, nb_up, "up", up_s)
             yield ev if off is None else ev | off
             if not ev.processed:             # the online period ended first
                 raise WentOffline()
             self._sent(work, numel_up, nb_up, "up")
-            self.set_state(client, State.DONE, t)
+            self.set_state(client, State.DONE, round_)
             on_arrival(client.id, up, steps)
         except (simpy.Interrupt, WentOffline) as stop:
             self._stopped(work, stop, self.on_offline(on_fail), True)
