@@ -37,3 +37,14 @@ def test_capabilities_are_declared_types():
                                            "algorithm": {"name": "fedasync", "lr": 0.1}})))
     assert isinstance(fedasync.tasks[0].algorithm, VersionedModel) and fedasync.recorder.per_job
     assert not isinstance(World(scenario.load(tiny())).tasks[0].algorithm, (BackgroundTraining, VersionedModel))
+
+
+def test_after_aggregation_callbacks_add_columns_and_see_the_recorded_row():
+    w = World(scenario.load(tiny(**{"run.eval_every": 2})))
+    seen = []
+    w.protocol.before_record.append(lambda world, done: done.row.update(twice_round=2 * done.round))
+    w.protocol.after_record.append(lambda world, done: seen.append((done.round, "test_acc" in done.row)))
+    w.run()
+    assert [r["twice_round"] for r in w.recorder.metrics[1:]] == [2, 4, 6]
+    # after_record sees the row as recorded: evaluated at rounds 2 and 3 (eval_every 2, last round)
+    assert seen == [(1, False), (2, True), (3, True)]

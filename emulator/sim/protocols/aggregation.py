@@ -1,11 +1,15 @@
 """A protocol's aggregation step (docs/engine.md, "Aggregation"): resolve the uploads the
 algorithm reads (lazily: the others are never computed), call the algorithm, record its
-weights and columns; then `finish_aggregation` evaluates, checks for divergence and appends
-the metrics row. A mixin of `Protocol`.
+weights and columns; then `finish_aggregation` builds the metrics row and runs what follows
+an aggregation as callbacks `(world, Aggregated)`: the protocol's `before_record` list
+(divergence check, evaluation when due: they may add columns), the row is appended (a
+diverged run stops here), then its `after_record` list (keep the last good model, report
+progress). A protocol or a user adds a callback to either list. A mixin of `Protocol`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -106,10 +110,27 @@ class Aggregating:
         task.buffers = b + step
 
     def finish_aggregation(self, task, t: int, arrivals: list, log, extra: Optional[dict] = None) -> dict:
-        """Evaluate (every eval_every), check for divergence, append the metrics row."""
+        """After an aggregation: build the metrics row, run the `before_record` callbacks
+        (divergence check, evaluation when due; each may add columns), append the row, stop
+        a diverged run, then run the `after_record` callbacks (keep the model as the last
+        good one, report progress). Returns the row."""
         w = self.world
         w.rounds_done = max(w.rounds_done, t)
-        run = w.sc.run
+        row, train_loss = self.metrics_row(task, t, arrivals, log, extra)
+        done = Aggregated(task, t, row, train_loss)
+        for callback in self.before_record:
+            callback(w, done)
+        w.recorder.metric(row)
+        log.round_time = row.get("round_time")
+        if done.diverged is not None:
+            raise done.diverged
+        for callback in self.after_record:
+            callback(w, done)
+        return row
+
+    def metrics_row(self, task, t: int, arrivals, log, extra: Optional[dict]) -> tuple:
+        """The aggregation's metrics row (before evaluation) and its train loss (None: no
+        arrival reported one)."""
         if isinstance(arrivals, Rows):
             ok = (arrivals.steps > 0) & ~np.isnan(arrivals.train_loss)
             losses, nw = arrivals.train_loss[ok], arrivals.n_samples[ok].astype(float)
@@ -117,32 +138,64 @@ class Aggregating:
             losses = [a.train_loss for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)]
             nw = np.array([a.n_samples for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)], float)
         train_loss = float(np.dot(nw, losses) / nw.sum()) if len(losses) else float("nan")
-        row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": w.wall(),
+        row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": self.world.wall(),
                "participants": len(arrivals), "selected": int(log.selected.sum()),
                "dropped": int(log.dropped.sum()),
                "bytes_up": int(log.bytes_up.sum()), "bytes_down": int(log.bytes_down.sum()),
                "train_loss": train_loss}
         if extra:
             row.update(extra)
-        diverged = None
-        try:
-            w.check_finite(task, t, train_loss if len(losses) else None)
-        except DivergedError as e:
-            diverged = e
-        last = run.rounds is not None and t >= run.rounds
-        due = t % run.eval_every == 0
-        if run.eval_every_seconds is not None:     # a virtual-time grid instead of a round count
-            # grid point k x eval_every_seconds, computed from k (a running sum would drift)
-            due = self.env.now >= w.next_eval_k * run.eval_every_seconds
-            while w.next_eval_k * run.eval_every_seconds <= self.env.now:
-                w.next_eval_k += 1
-        if diverged is None and (due or last):
-            row.update(w.evaluate(task))
-        w.recorder.metric(row)
-        log.round_time = row.get("round_time")
-        if diverged is not None:
-            raise diverged
-        w.keep_last_good(task)
-        if w.progress is not None:
-            w.progress(row)
-        return row
+        return row, (train_loss if len(losses) else None)
+
+
+@dataclass
+class Aggregated:
+    """What an after-aggregation callback sees: the model's task, the round, the metrics row
+    being built (a `before_record` callback may add columns), the round's train loss (None:
+    no arrival reported one), and the divergence found (None: none)."""
+
+    task: object
+    round: int
+    row: dict
+    train_loss: Optional[float]
+    diverged: Optional[DivergedError] = None
+
+
+def check_divergence(world, done: Aggregated) -> None:
+    """A model or train loss that is no longer finite stops the run (after its row is kept)."""
+    try:
+        world.check_finite(done.task, done.round, done.train_loss)
+    except DivergedError as e:
+        done.diverged = e
+
+
+def evaluate_when_due(world, done: Aggregated) -> None:
+    """Evaluate every `run.eval_every` rounds (or at the first aggregation at or after each
+    point of the `eval_every_seconds` grid) and at the last round, unless diverged."""
+    run, t, now = world.sc.run, done.round, world.env.now
+    last = run.rounds is not None and t >= run.rounds
+    due = t % run.eval_every == 0
+    if run.eval_every_seconds is not None:     # a virtual-time grid instead of a round count
+        # grid point k x eval_every_seconds, computed from k (a running sum would drift)
+        due = now >= world.next_eval_k * run.eval_every_seconds
+        while world.next_eval_k * run.eval_every_seconds <= now:
+            world.next_eval_k += 1
+    if done.diverged is None and (due or last):
+        done.row.update(world.evaluate(done.task))
+
+
+def keep_last_good(world, done: Aggregated) -> None:
+    """The model is finite: keep it as the last good one (what a later divergence leaves)."""
+    world.keep_last_good(done.task)
+
+
+def report_progress(world, done: Aggregated) -> None:
+    """The run's progress callback, if any, with the recorded row."""
+    if world.progress is not None:
+        world.progress(done.row)
+
+
+#: the callbacks a protocol runs after each aggregation (its `before_record` / `after_record`
+#: lists start as copies of these; a protocol or a user may add its own)
+BEFORE_RECORD = (check_divergence, evaluate_when_due)
+AFTER_RECORD = (keep_last_good, report_progress)

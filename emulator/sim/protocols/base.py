@@ -19,7 +19,7 @@ from ...registry import Params
 from ..client import State
 from ..draws import RoundDraws
 from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
-from .aggregation import Aggregating
+from .aggregation import AFTER_RECORD, BEFORE_RECORD, Aggregating
 from .round_times import round_times
 from .work import Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
 
@@ -94,6 +94,9 @@ class Protocol(Pieces, Aggregating):
         self.multicast_key = None       # names this round's multicast broadcast (sim/network.py)
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
+        # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
+        self.before_record = list(BEFORE_RECORD)
+        self.after_record = list(AFTER_RECORD)
 
     @staticmethod
     def make_selector(spec):
