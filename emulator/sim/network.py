@@ -7,7 +7,8 @@ Over shared links (docs/engine.md, "Shared links"):
 - a multicast broadcast is ONE flow over the shared links per round and shared path, however
   many clients receive it; each recipient's download ends when that flow has arrived and the
   message has crossed its own link (a flow over its own link alone, after the same latency a
-  unicast would have): the later of the two;
+  unicast would have): the later of the two (a recipient that starts after that flow
+  ended gets a flow of its own);
 - background traffic (work no round waits for: FedUMF's unselected clients) yields: its
   flows get only the capacity the round's own flows leave, so it never delays a round.
 """
