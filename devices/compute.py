@@ -173,6 +173,10 @@ class ComputeModel:
 
     name = "?"
     random = False          # draws random numbers (then it is given a stream)
+    #: declared: when a random model draws its step times: 'round' (one per working client
+    #: and round), 'step' (every step), 'client' (once per client for the run); None: it
+    #: draws none of its own (deterministic models, or models that manage their draws)
+    redraw: Optional[str] = None
 
     def round_draws(self, steps: Sequence[int], rng: np.random.Generator) -> Optional[list]:
         """Per working client (ascending id; `steps` its planned steps), its random clock

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
@@ -47,8 +48,60 @@ def jitter_draw(rng, mean: float, dist: str = "exponential", sigma: float = 1.0,
     return float(v) if size is None else v
 
 
+class LinkModel(ABC):
+    """What every device link declares: its latency (s), the mean of its per-message jitter
+    (0: none; drawn from `jitter_dist` with log-space spread `jitter_sigma`), its bandwidth
+    `spread` (0: every client alike) and each client's bandwidth (`bandwidth_bps`). Transfer
+    times follow: delay (latency + jitter) + bits / bandwidth. A subclass declares the
+    attributes it changes (as dataclass fields) and `bandwidth_bps`; `latency` has no
+    default here (a dataclass subclass may require it)."""
+
+    latency: float
+    jitter: float = 0.0
+    spread: float = 0.0
+    jitter_dist: str = "exponential"
+    jitter_sigma: float = 1.0
+
+    @abstractmethod
+    def bandwidth_bps(self, direction: str, client: int = 0, factor: float = 1.0) -> float:
+        """Bits per second of `client`'s link in `direction` ('up' or 'down'), scaled by the
+        client's spread `factor` where the link has a spread."""
+
+    def spread_factors(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+        """The bandwidth factors of n clients, drawn in bulk: LogNormal(-spread^2/2, spread)
+        (mean 1); all 1 without spread (then nothing is drawn)."""
+        if self.spread <= 0:
+            return np.ones(n)
+        return rng.lognormal(-0.5 * self.spread ** 2, self.spread, n)
+
+    def round_draws(self, n: int, rng) -> Optional[np.ndarray]:
+        """Jitter of n working clients' download and upload in one round, drawn in bulk from the
+        group's round stream: a (2, n) array (row 0 down, row 1 up); None without jitter."""
+        if self.jitter <= 0:
+            return None
+        return jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma, 2 * n).reshape(2, n)
+
+    def delay(self, rng=None, jitter=None) -> float:
+        """Latency of one message: plus its jitter (given, or drawn from `rng`)."""
+        if jitter is None:
+            jitter = jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
+        return self.latency + jitter
+
+    def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None, jitter=None,
+                      factor: float = 1.0) -> float:
+        """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone
+        (`rng`: jitter draws, unless `jitter` is given; `factor`: the client's bandwidth spread)."""
+        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client, factor)
+
+    @abstractmethod
+    def transfer_times(self, nbytes: int, direction: str, clients: np.ndarray, jitter: np.ndarray,
+                       factor: np.ndarray) -> np.ndarray:
+        """`transfer_time` of many clients at once, with the same float operations (so the
+        same seconds to the last bit)."""
+
+
 @dataclass
-class Link:
+class Link(LinkModel):
     """A client's own link: latency (s), uplink and downlink bandwidth (Mbit/s).
     `jitter`: mean extra latency per message (0: none), drawn from `jitter_dist` (exponential,
     uniform on [0, 2 jitter], or lognormal with log-space spread `jitter_sigma`).
@@ -71,35 +124,9 @@ class Link:
             if not (getattr(self, k) > 0):
                 raise ValueError(f"{k} must be > 0, got {getattr(self, k)}")
 
-    def spread_factors(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
-        """The bandwidth factors of n clients, drawn in bulk: LogNormal(-spread^2/2, spread)
-        (mean 1); all 1 without spread (then nothing is drawn)."""
-        if self.spread <= 0:
-            return np.ones(n)
-        return rng.lognormal(-0.5 * self.spread ** 2, self.spread, n)
-
     def bandwidth_bps(self, direction: str, client: int = 0, factor: float = 1.0) -> float:
         mbps = self.up_mbps if direction == "up" else self.down_mbps
         return mbps * 1e6 * factor
-
-    def round_draws(self, n: int, rng) -> Optional[np.ndarray]:
-        """Jitter of n working clients' download and upload in one round, drawn in bulk from the
-        group's round stream: a (2, n) array (row 0 down, row 1 up); None without jitter."""
-        if self.jitter <= 0:
-            return None
-        return jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma, 2 * n).reshape(2, n)
-
-    def delay(self, rng=None, jitter=None) -> float:
-        """Latency of one message: plus its jitter (given, or drawn from `rng`)."""
-        if jitter is None:
-            jitter = jitter_draw(rng, self.jitter, self.jitter_dist, self.jitter_sigma)
-        return self.latency + jitter
-
-    def transfer_time(self, nbytes: int, direction: str, client: int = 0, rng=None, jitter=None,
-                      factor: float = 1.0) -> float:
-        """Seconds to move `nbytes` in `direction` ('up' or 'down') over this link alone
-        (`rng`: jitter draws, unless `jitter` is given; `factor`: the client's bandwidth spread)."""
-        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client, factor)
 
     def transfer_times(self, nbytes: int, direction: str, clients: np.ndarray, jitter: np.ndarray,
                        factor: np.ndarray) -> np.ndarray:
@@ -110,13 +137,11 @@ class Link:
 
 
 @dataclass
-class InstantLink:
+class InstantLink(LinkModel):
     """A link that takes no time (asked for explicitly: `network: instant`)."""
 
     latency: float = 0.0
     jitter: float = 0.0
-
-    spread = 0.0
 
     def spread_factors(self, n, rng):
         return np.ones(n)
@@ -170,18 +195,36 @@ def max_min_rates(flows: dict, capacity: dict) -> dict:
 
 
 class Flow:
-    __slots__ = ("id", "path", "bits", "rate", "done", "started")
+    __slots__ = ("id", "path", "bits", "rate", "done", "started", "background")
 
-    def __init__(self, fid, path, bits, done):
+    def __init__(self, fid, path, bits, done, background=False):
         self.id, self.path, self.bits, self.rate, self.done = fid, path, float(bits), 0.0, done
         self.started = False
+        self.background = background
+
+
+def yielding_rates(flows: dict, background: dict, capacity: dict) -> dict:
+    """Max-min fair rates where `background` flows yield: the other flows share the
+    capacity max-min fairly as if the background ones were absent, and the background flows
+    share what they leave, max-min fairly. Both dicts: {flow id: [link ids on its path]}."""
+    rates = max_min_rates(flows, capacity)
+    if not background:
+        return rates
+    left = dict(capacity)
+    for f, path in flows.items():
+        for link in path:
+            left[link] = max(0.0, left[link] - rates[f])
+    rates.update(max_min_rates(background, left))
+    return rates
 
 
 class FlowNetwork:
     """Flows over directed links with max-min fair sharing, in SimPy virtual time.
 
     `send(path, bits, latency)` returns a `Transfer` whose `event` fires when the last bit
-    arrives; `Transfer.cancel()` removes the flow (a client that went offline)."""
+    arrives; `Transfer.cancel()` removes the flow (a client that went offline). A flow sent
+    with `background=True` yields: it gets only the capacity the other flows leave
+    (`yielding_rates`), so it never slows them."""
 
     EPS = 1e-9   # bits
 
@@ -194,8 +237,9 @@ class FlowNetwork:
         self._gen = 0
         self.recomputes = 0
 
-    def send(self, path: Sequence[Hashable], bits: float, latency: float = 0.0) -> "Transfer":
-        tr = Transfer(self, list(path), bits, self.env.event())
+    def send(self, path: Sequence[Hashable], bits: float, latency: float = 0.0,
+             background: bool = False) -> "Transfer":
+        tr = Transfer(self, list(path), bits, self.env.event(), background)
         if latency > 0:
             tr._start_ev = self.env.timeout(latency)
             tr._start_ev.callbacks.append(lambda _ev: tr._begin())
@@ -227,7 +271,10 @@ class FlowNetwork:
         self.recomputes += 1
         self._gen += 1
         gen = self._gen
-        rates = max_min_rates({f.id: f.path for f in self.flows.values()}, self.capacity)
+        fg, bg = {}, {}
+        for f in self.flows.values():
+            (bg if f.background else fg)[f.id] = f.path
+        rates = yielding_rates(fg, bg, self.capacity)
         nxt = math.inf
         for f in self.flows.values():
             f.rate = rates[f.id]
@@ -250,9 +297,9 @@ class FlowNetwork:
 
 
 class Transfer:
-    def __init__(self, net, path, bits, event):
+    def __init__(self, net, path, bits, event, background=False):
         self.net, self.event = net, event
-        self.flow = Flow(next(net._ids), path, bits, event)
+        self.flow = Flow(next(net._ids), path, bits, event, background)
         self._start_ev = None
         self.cancelled = False
 
@@ -295,7 +342,7 @@ def route(graph, src: str, dst: str):
 
 
 @dataclass
-class TraceLink:
+class TraceLink(LinkModel):
     """Per-client bandwidths from a links table {trace client: (up_mbps, down_mbps)} (e.g.
     converted from FedScale's device capacities); client k of the group uses the table's
     k-th client (sorted ids, wrapping). Latency and jitter as `Link`."""
@@ -313,18 +360,10 @@ class TraceLink:
             raise ValueError("empty links table")
         self._of = {int(c): self.table[ids[i % len(ids)]] for i, c in enumerate(self.members)}
 
-    spread = 0.0
-    spread_factors = InstantLink.spread_factors
-
     def bandwidth_bps(self, direction, client=0, factor=1.0):
+        """The table's bandwidth of this client (no spread: `factor` is not used)."""
         up, down = self._of[client]
         return (up if direction == "up" else down) * 1e6
-
-    round_draws = Link.round_draws
-    delay = Link.delay
-
-    def transfer_time(self, nbytes, direction, client=0, rng=None, jitter=None, factor=1.0):
-        return self.delay(rng, jitter) + nbytes * 8.0 / self.bandwidth_bps(direction, client)
 
     def transfer_times(self, nbytes, direction, clients, jitter, factor):
         k = 0 if direction == "up" else 1

@@ -1,28 +1,29 @@
-"""The post-run check (DESIGN.md section 3, "Invariants"): what must hold after every run.
-A violated invariant is a bug in flemu, raised as InvariantError, never a warning."""
-from __future__ import annotations
+"""The post-run check (docs/engine.md, "Invariants"): what must hold after every run. A
+violated invariant is a bug in flemu, raised as InvariantError, never a warning.
 
+Each invariant is one function `(world, metrics, clients) -> [violation, ...]`, held in
+INVARIANTS under the name summary.json lists (`invariants_checked`); `check` runs them all.
+"""
+from __future__ import annotations
 
 import numpy as np
 
 from .errors import InvariantError
+from .sim.recorder import IDLE
 
 
-def check(world, metrics, clients) -> list:
-    """Raise InvariantError listing every violation; return the names of the checks run."""
-    bad, ran = [], []
-    rec = world.recorder
-
-    # virtual time never goes back
-    ran.append("time_monotone")
+def time_monotone(world, metrics, clients) -> list:
+    """Virtual time never goes back."""
     if len(metrics) and (np.diff(metrics["virtual_time"].to_numpy()) < -1e-12).any():
-        bad.append("virtual_time decreases between aggregations")
+        return ["virtual_time decreases between aggregations"]
+    return []
 
-    # one aggregation log per (round, model), each with its metrics row and vice versa;
-    # every model was trained (its aggregations are recorded); work that no aggregation
-    # used (a lost async job) is not an aggregation
-    ran.append("aggregations")
-    seen = {}
+
+def _aggregation_rows(world, metrics) -> list:
+    """One aggregation log per (round, model), each with its metrics row and vice versa; every
+    model due was trained. Work that no aggregation used (a lost async job) is not one."""
+    bad, seen = [], {}
+    rec = world.recorder
     for log in rec.aggregations():
         key = (log.round, log.task)
         if key in seen:
@@ -40,9 +41,15 @@ def check(world, metrics, clients) -> list:
     for task in world.tasks:
         if task.index in due and not any(log.task == task.index for log in rec.aggregations()):
             bad.append(f"model {task.index} ({task.path}) was never aggregated")
-    # one row per (round, client), whatever the model (a multi-model client trains one model per
-    # round); a run recorded per job (async): every row a job, merged once or lost (dropped)
-    per_job = any("job" in log.extra for log in rec.rounds)
+    return bad
+
+
+def _one_row_per_client(world, clients) -> list:
+    """One row per (round, client), whatever the model; a run recorded per job (declared by
+    its protocol: JOB logs): every row a job, merged once or lost (dropped)."""
+    bad = []
+    rec = world.recorder
+    per_job = rec.per_job
     rows = [log for log in rec.rounds if log.aggregation] if per_job else rec.rounds
     if rows:
         r = np.concatenate([np.full(log.n, log.round, dtype=np.int64) for log in rows])
@@ -63,11 +70,19 @@ def check(world, metrics, clients) -> list:
         jobs = clients[clients["job"] > 0]
         if jobs.duplicated(["client", "job"]).any():
             bad.append("a client job is recorded twice")
+    return bad
 
-    # aggregation weights sum to the rule's documented total; dropped clients weigh 0
-    ran.append("weights")
-    for log in rec.rounds:
-        if log.task < 0:          # multi-model: the round's idle clients
+
+def aggregations(world, metrics, clients) -> list:
+    """Aggregation logs match metrics rows; one row per (round, client) or per job."""
+    return _aggregation_rows(world, metrics) + _one_row_per_client(world, clients)
+
+
+def weights(world, metrics, clients) -> list:
+    """Aggregation weights sum to the rule's documented total; dropped clients weigh 0."""
+    bad = []
+    for log in world.recorder.rounds:
+        if log.kind == IDLE:      # multi-model: the round's idle clients
             continue
         algo = world.tasks[log.task].algorithm
         wts = log.weight
@@ -78,12 +93,15 @@ def check(world, metrics, clients) -> list:
         total = algo.weights_total
         if total is not None and (wts != 0).any() and abs(wts.sum() - total) > 1e-6:
             bad.append(f"round {log.round}: weights sum to {wts.sum():.9g}, expected {total}")
+    return bad
 
-    # each client's steps fit in its compute time: every step takes at least the shortest
-    # step its realised clock drew (a constant or FLOP-based step time exactly; the draws of
-    # a random one; the slowest piece of a trace)
-    ran.append("steps_fit")
-    for log in rec.rounds:
+
+def steps_fit(world, metrics, clients) -> list:
+    """Each client's steps fit in its compute time: every step takes at least the shortest
+    step its realised clock drew (a constant or FLOP-based step time exactly; the draws of a
+    random one; the slowest piece of a trace)."""
+    bad = []
+    for log in world.recorder.rounds:
         ct = log.compute_time
         if (ct < -1e-12).any() or not np.isfinite(ct).all():
             bad.append(f"round {log.round}: negative or non-finite compute_time")
@@ -93,10 +111,13 @@ def check(world, metrics, clients) -> list:
             bad.append(f"round {log.round} client {int(log.clients()[i])}: {log.steps[i]} steps in "
                        f"{ct[i]:.6g}s < {log.min_compute[i]:.6g}s")
             break
+    return bad
 
-    # bytes = parameters x bytes_per_param + overhead, and metrics agree with clients.csv
-    ran.append("bytes")
-    net = world.network
+
+def bytes_(world, metrics, clients) -> list:
+    """Bytes = parameters x bytes_per_param + overhead, and metrics agree with clients.csv."""
+    bad = []
+    rec, net = world.recorder, world.network
     for log in rec.rounds:
         for numel, nb, direction in log.messages:
             if nb != net.message_bytes(numel, direction):
@@ -106,56 +127,81 @@ def check(world, metrics, clients) -> list:
         if sent != int(log.bytes_up.sum() + log.bytes_down.sum()):
             bad.append(f"round {log.round}: bytes recorded per client do not add up to the messages sent")
     if len(metrics) and "bytes_up" in metrics:
-        per_round = {}
-        for log in rec.aggregations():
-            per_round[(log.round, log.task)] = (int(log.bytes_up.sum()), int(log.bytes_down.sum()))
-        for r in metrics.itertuples():
-            key = (int(r.round), int(getattr(r, "model", 0)))
-            if key in per_round and per_round[key] != (int(r.bytes_up), int(r.bytes_down)):
-                bad.append(f"round {r.round}: metrics bytes_up/bytes_down {r.bytes_up}/{r.bytes_down} != "
+        per_round = {(log.round, log.task): (int(log.bytes_up.sum()), int(log.bytes_down.sum()))
+                     for log in rec.aggregations()}
+        model = metrics["model"] if "model" in metrics else np.zeros(len(metrics), dtype=np.int64)
+        for r, m, up, down in zip(metrics["round"], model, metrics["bytes_up"], metrics["bytes_down"]):
+            key = (int(r), int(m))
+            if key in per_round and per_round[key] != (int(up), int(down)):
+                bad.append(f"round {r}: metrics bytes_up/bytes_down {up}/{down} != "
                            f"clients {per_round[key][0]}/{per_round[key][1]}")
                 break
+    return bad
 
-    # a participant's work fits in its round (async: a job spans merges, not checked)
-    ran.append("round_time")
-    if not per_job:
-        for log in rec.aggregations():
-            rt = log.round_time
-            busy = (log.compute_time + log.comm_time)[log.selected]
-            if rt is not None and len(busy) and busy.max() > rt * (1 + 1e-9) + 1e-9:
-                bad.append(f"round {log.round}: a participant busy {busy.max():.9g}s, longer than its round ({rt:.9g}s)")
-                break
 
-    # communication takes at least the links' latency
-    ran.append("comm_latency")
-    for log in rec.rounds:
+def round_time(world, metrics, clients) -> list:
+    """A participant's work fits in its round (a run recorded per job: a job spans merges,
+    not checked)."""
+    if world.recorder.per_job:
+        return []
+    for log in world.recorder.aggregations():
+        rt = log.round_time
+        busy = (log.compute_time + log.comm_time)[log.selected]
+        if rt is not None and len(busy) and busy.max() > rt * (1 + 1e-9) + 1e-9:
+            return [f"round {log.round}: a participant busy {busy.max():.9g}s, longer than its round ({rt:.9g}s)"]
+    return []
+
+
+def comm_latency(world, metrics, clients) -> list:
+    """Communication takes at least the links' latency."""
+    bad = []
+    for log in world.recorder.rounds:
         ids = log.clients()
         for i in np.flatnonzero(log.bytes_up > 0):
-            lat = getattr(world.clients[int(ids[i])].link, "latency", 0.0)
+            lat = world.clients[int(ids[i])].link.latency
             if log.comm_time[i] + 1e-9 < 2 * lat:
                 bad.append(f"round {log.round} client {int(ids[i])}: comm_time {log.comm_time[i]:.6g}s < 2 x latency")
                 break
+    return bad
 
-    # the delay metrics in metrics.csv are the ones clients.csv gives (fedsum.md 2.1)
-    ran.append("delay")
-    if len(metrics) and "tau" in metrics and len(clients) and not rec.participants_only:
-        from .participation import delay_metrics
-        for task in world.tasks:
-            m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
-            c = clients if "model" not in clients else clients[clients["model"] == task.index]
-            act = c[c["weight"] > 0].groupby("round")["client"].apply(np.asarray)
-            rounds = m["round"].astype(int).tolist()
-            d = delay_metrics([act.get(r, np.zeros(0, np.int64)) for r in rounds], world.num_clients)
-            if not np.array_equal(d["tau"], m["tau"].to_numpy()):
-                bad.append(f"model {task.index}: metrics.csv tau {m['tau'].to_numpy()[:6]}... differs from the "
-                           f"delay clients.csv gives {d['tau'][:6]}...")
 
-    # gradient steps: never more computed than the fleet performed in virtual time
-    ran.append("grad_steps")
+def delay(world, metrics, clients) -> list:
+    """The delay metrics in metrics.csv are the ones clients.csv gives (fedsum.md 2.1)."""
+    bad = []
+    if not (len(metrics) and "tau" in metrics and len(clients) and not world.recorder.participants_only):
+        return bad
+    from .participation import delay_metrics
+    for task in world.tasks:
+        m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
+        c = clients if "model" not in clients else clients[clients["model"] == task.index]
+        act = c[c["weight"] > 0].groupby("round")["client"].apply(np.asarray)
+        rounds = m["round"].astype(int).tolist()
+        d = delay_metrics([act.get(r, np.zeros(0, np.int64)) for r in rounds], world.num_clients)
+        if not np.array_equal(d["tau"], m["tau"].to_numpy()):
+            bad.append(f"model {task.index}: metrics.csv tau {m['tau'].to_numpy()[:6]}... differs from the "
+                       f"delay clients.csv gives {d['tau'][:6]}...")
+    return bad
+
+
+def grad_steps(world, metrics, clients) -> list:
+    """Gradient steps: never more computed than the fleet performed in virtual time."""
     st = world.executor.stats
     if st.steps_computed > st.steps_submitted:
-        bad.append(f"{st.steps_computed} steps computed but only {st.steps_submitted} submitted")
+        return [f"{st.steps_computed} steps computed but only {st.steps_submitted} submitted"]
+    return []
 
+
+#: every invariant, in the order they run, under the name summary.json lists
+INVARIANTS = [("time_monotone", time_monotone), ("aggregations", aggregations), ("weights", weights),
+              ("steps_fit", steps_fit), ("bytes", bytes_), ("round_time", round_time),
+              ("comm_latency", comm_latency), ("delay", delay), ("grad_steps", grad_steps)]
+
+
+def check(world, metrics, clients) -> list:
+    """Raise InvariantError listing every violation; return the names of the checks run."""
+    bad = []
+    for _, fn in INVARIANTS:
+        bad += fn(world, metrics, clients)
     if bad:
         raise InvariantError("post-run invariant check failed (a flemu bug):\n  " + "\n  ".join(bad))
-    return ran
+    return [name for name, _ in INVARIANTS]

@@ -164,8 +164,7 @@ def summarize(world, metrics, clients, build_s, checks) -> dict:
     st = world.executor.stats
     # SGD steps the fleet performed in virtual time (under `intervals` with epoch iterations,
     # `steps` counts epochs and `sgd_steps` the mini-batch steps they are made of)
-    virtual_steps = int(sum(int(log.extra["sgd_steps"].sum() if "sgd_steps" in log.extra else log.steps.sum())
-                            for log in world.recorder.rounds))
+    virtual_steps = int(sum(log.sgd_steps_total() for log in world.recorder.rounds))
     s = {
         "name": sc.name, "seed": sc.seed, "status": world.status, "message": world.message,
         "rounds": int(world.rounds_done), "virtual_time": float(world.env.now),

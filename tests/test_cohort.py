@@ -107,10 +107,16 @@ def test_only_algorithms_whose_client_side_is_fedavgs_form_cohorts():
     p = algo("fedavg")
     p.__class__ = Personal
     assert p.cohort_spec(1, p.broadcast(1)) is None
-    a = algo("fedavg")                 # a patched aggregation is honoured too
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(FedAvg, "aggregate", lambda self, t, arrivals: None)
-        assert a.cohort_spec(1, a.broadcast(1)) is None
+    class OwnAggregate(FedAvg):        # a subclass's own aggregation is honoured too
+        def aggregate(self, t, arrivals):
+            return super().aggregate(t, arrivals)
+    a = algo("fedavg")
+    a.__class__ = OwnAggregate
+    assert not OwnAggregate.cohort_path and a.cohort_spec(1, a.broadcast(1)) is None
+
+    class Declared(OwnAggregate):      # ... unless the subclass declares the cohort path again
+        cohort_path = True
+    assert Declared.cohort_path and not OwnAggregate.cohort_path and FedAvg.cohort_path
 
 
 @pytest.mark.parametrize("executor", ["sequential", "batched", "auto"])

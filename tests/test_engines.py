@@ -173,7 +173,7 @@ def test_steps_beyond_the_bulk_draw_come_from_the_clients_round_stream():
                                            ("flops", "instant"), ("constant", "jitter_spread")])
 def test_planned_round_equals_each_clients_own_pieces(compute, link, tmp_path, monkeypatch):
     """The process engine plans a round's download, compute and upload seconds in NumPy
-    (`Protocol.plan_round`, dedicated links); it records exactly what each client's own pieces
+    (`Protocol.planned_seconds`, dedicated links); it records exactly what each client's own pieces
     (its link's transfer time, its step clock) give, under time availability too."""
     from emulator.sim.protocols.base import Protocol
     avail = {"model": "markov_time", "mean_on": 2.0, "mean_off": 0.5}
@@ -183,7 +183,7 @@ def test_planned_round_equals_each_clients_own_pieces(compute, link, tmp_path, m
     for planned in (True, False):
         with monkeypatch.context() as m:
             if not planned:
-                m.setattr(Protocol, "plan_round", lambda self, *a: None)
+                m.setattr(Protocol, "planned_seconds", lambda self, *a: None)
             w = World(scenario.load(sc))
             w.run()
         c = w.recorder.clients_frame()

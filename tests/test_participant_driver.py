@@ -1,10 +1,9 @@
-"""A round's participants run without a SimPy process each (protocols/participation.py): the
+"""A round's participants run without a SimPy process each (sim/simpy_internals.py): the
 driver must resume them exactly where and when a SimPy process would, so that the same
 events happen in the same order (the engines' equivalence and stored results rest on it)."""
 import simpy
 
-from emulator.sim.protocols.base import Protocol
-from emulator.sim.protocols.participation import Participation
+from emulator.sim.simpy_internals import Driver, start_all
 
 
 def _scenario(env, trace, name, delays, after=None, offline=None):
@@ -48,8 +47,8 @@ def _run(driver):
         if driver == "process":
             parts = [env.process(g) for g in gens]
         else:
-            parts = [Participation(g) for g in gens]
-            Protocol.start_participants(type("P", (), {"env": env})(), parts)
+            parts = [Driver(g) for g in gens]
+            start_all(env, parts)
         yield env.timeout(0.0)
         trace.append((env.now, "server", "after-start"))
         yield env.timeout(3.0)                                   # closes at t = 4

@@ -6,6 +6,12 @@ It knows nothing of virtual time; the protocol decides when each verb is called 
 many local steps a client completes. Values it hands out may be lazy (`compute.lazy`):
 a client's upload is typically a function of a training job that has not run yet.
 
+What an algorithm can do beyond the four verbs is declared, never discovered: a class
+attribute typed on `Algorithm` (`cohort_path`, `weights_total`, `down_vectors`/`up_vectors`)
+or a capability base class the protocol checks with `isinstance` (`BackgroundTraining`:
+FedUMF's unselected clients train too; `VersionedModel`: the server model carries a version,
+as `async` needs). docs/engine.md lists them.
+
 Message sizes are declared once, per direction (`down_vectors`, `up_vectors`: how many
 model-sized vectors one message carries); `message_numel` turns them into parameters,
 which give transfer times and bytes. The protocol checks every resolved message against
@@ -13,8 +19,9 @@ the declaration. Per-client state lives in `ctx.states` (algorithms/state.py).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
@@ -96,6 +103,11 @@ class Aggregation:
     round_cols: dict = field(default_factory=dict)
 
 
+#: the methods that make an algorithm's client side and aggregation; a subclass that defines
+#: one of them leaves the cohort path unless it declares `cohort_path = True` itself
+COHORT_METHODS = ("local_spec", "upload", "reads", "aggregate", "aggregate_rows", "cohort_spec")
+
+
 class Algorithm:
     name = "?"
     supports: frozenset = frozenset({"rounds"})
@@ -106,11 +118,27 @@ class Algorithm:
     up_vectors: int = 1
     #: kinds of per-client state kept in `ctx.states` (algorithms/state.py), for `flemu list`
     client_state: tuple = ()
+    #: declared capability: the round's participants train from one spec (`cohort_spec`) and
+    #: are aggregated as columns (`aggregate_rows`). Declared per class: a subclass that
+    #: defines any of COHORT_METHODS is client by client again unless its own body says
+    #: `cohort_path = True` (so a FedAvg subclass overriding `aggregate` is honoured).
+    cohort_path: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        own = vars(cls)
+        if "cohort_path" not in own and any(m in own for m in COHORT_METHODS):
+            cls.cohort_path = False
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
         self.ctx = ctx
         self.x = ctx.x0.clone()
+
+    def start_from(self, x: torch.Tensor) -> None:
+        """Set the global parameters before the first round (a protocol's declared
+        initialisation, e.g. multi-model FL's x_0 = 0)."""
+        self.x = x
 
     @property
     def states(self) -> ClientStates:
@@ -127,11 +155,11 @@ class Algorithm:
         raise NotImplementedError
 
     def cohort_spec(self, t: int, received: Broadcast) -> Optional[LocalSpec]:
-        """The one LocalSpec every participant of round t trains from, where the client side
-        depends on no client (FedAvg, FedProx): the protocol then submits the round's jobs as
-        one cohort and aggregates their rows with `aggregate_rows` (DESIGN.md section
-        3: no object per participant). None (default): `local_spec` / `upload` per client.
-        An algorithm that gives one promises that its upload is the trained parameters and
+        """The one LocalSpec every participant of round t trains from, asked only of an
+        algorithm that declares `cohort_path` (FedAvg, FedProx): the protocol then submits the
+        round's jobs as one cohort and aggregates their rows with `aggregate_rows` (no object
+        per participant). None: `local_spec` / `upload` per client this round.
+        An algorithm that declares it promises that its upload is the trained parameters and
         nothing else, that it keeps no per-client state, and that it reads every arrival."""
         return None
 
@@ -142,7 +170,7 @@ class Algorithm:
     def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
         """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
         metadata only (client, steps, n_samples, meta such as tau); the others are never
-        resolved, so their training is never computed (DESIGN.md: laziness)."""
+        resolved, so their training is never computed (docs/engine.md: laziness)."""
         return [a.client for a in arrivals]
 
     def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> Aggregation:
@@ -162,12 +190,49 @@ class Algorithm:
         return self.x
 
     def lr(self, t: int) -> float:
-        """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
-        `lr_offset` b the decaying lr / (b + t) (multimodel.md 2.6: 30 / (100 + t))."""
-        b = getattr(self.p, "lr_offset", None)
-        if b is not None:
-            return self.p.lr / (b + t)
-        return self.p.lr * (getattr(self.p, "lr_decay", 1.0) ** max(t - 1, 0))
+        """Local learning rate of round t (1-based): the params' `lr` (every algorithm's
+        params declare one); an algorithm with a schedule overrides this (FedAvg: lr_decay,
+        lr_offset; the FedSUM family: lr_schedule)."""
+        return self.p.lr
+
+
+class BackgroundTraining(ABC):
+    """Capability: clients that were not selected train too, without uploading; the result
+    is kept and read rounds later (FedUMF's unselected clients). A protocol that sees an
+    algorithm of this kind (`isinstance`) runs those jobs (sim/protocols/background.py) and
+    tells the algorithm what became of them; it never uses the vector engine or cohorts."""
+
+    @property
+    @abstractmethod
+    def unfinished(self) -> str:
+        """What a background job still running when its client is selected becomes:
+        'skip' (abandoned), 'wait' (the client starts its round after it) or 'partial'
+        (its completed steps are kept)."""
+
+    @abstractmethod
+    def begin_round(self, t: int, selected, available) -> None:
+        """Round t starts with these selected and these online clients."""
+
+    @abstractmethod
+    def background_spec(self, client: int, t: int, received: Broadcast) -> LocalSpec:
+        """The LocalSpec an unselected online client trains from in round t."""
+
+    @abstractmethod
+    def keep(self, client: int, t: int, result: JobFuture, spec: LocalSpec) -> None:
+        """Client's round-t background job ended in virtual time with `result`."""
+
+    @abstractmethod
+    def forget(self, client: int, reason: str) -> None:
+        """Client's background work produced nothing (`offline`, `superseded`, `unfinished`)."""
+
+
+class VersionedModel:
+    """Capability: the server model carries a version, the number of updates applied to it
+    (FedAsync). `async` requires it: an arrival trained from version v0 is aggregated as
+    version + 1 and its staleness is read from the difference."""
+
+    #: updates applied to the server model so far (0 at the start)
+    version: int = 0
 
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Aggregation, Algorithm, Broadcast, Upload
+from .base import Aggregation, Algorithm, Broadcast, Upload, VersionedModel
 
 
 def staleness_weight(k: float, function: str, a: float = 0.5, b: float = 4.0) -> float:
@@ -54,7 +54,9 @@ class FedAsyncParams(Params):
     server_lr: float = Field(1.0, gt=0, description="server learning rate of buffer_mode delta")
 
 
-class FedAsync(Algorithm):
+class FedAsync(Algorithm, VersionedModel):
+    """Declares `VersionedModel`: `version` counts the updates applied (what `async` reads)."""
+
     name = "fedasync"
     supports = frozenset({"async"})
     weights_total = None        # alpha_k are mixing weights, not a simplex

@@ -33,6 +33,17 @@ class FedAvgParams(Params):
 class FedAvg(Algorithm):
     name = "fedavg"
     supports = frozenset({"rounds", "intervals", "multi_model"})
+    #: Alg. 1 ClientUpdate is the same for every client: one spec per round (a subclass that
+    #: changes the client side or the aggregation goes client by client: `Algorithm.cohort_path`)
+    cohort_path = True
+
+    def lr(self, t: int) -> float:
+        """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
+        `lr_offset` b the decaying lr / (b + t) (multimodel.md 2.6: 30 / (100 + t))."""
+        b = self.p.lr_offset
+        if b is not None:
+            return self.p.lr / (b + t)
+        return self.p.lr * (self.p.lr_decay ** max(t - 1, 0))
 
     def local_rule(self, t: int) -> LocalRule:
         return LocalRule(lr=self.lr(t), momentum=self.p.momentum, weight_decay=self.p.weight_decay)
@@ -46,10 +57,8 @@ class FedAvg(Algorithm):
         return Upload([result.params], result=result)
 
     def cohort_spec(self, t, received):
-        # Alg. 1 ClientUpdate is the same for every client: one spec for the round (where a
-        # subclass changes the client side or what it reads, it goes client by client)
-        cls = type(self)
-        if (cls.local_spec, cls.upload, cls.reads, cls.aggregate) != _CLIENT_SIDE:
+        # Alg. 1 ClientUpdate is the same for every client: one spec for the round
+        if not self.cohort_path:
             return None
         return self.local_spec(None, t, received)
 
@@ -69,11 +78,6 @@ class FedAvg(Algorithm):
         # eta_g = 1: w_{t+1} = avg exactly (x + (avg - x) would differ in the last bit)
         self.x = avg if self.p.server_lr == 1.0 else self.x + self.p.server_lr * (avg - self.x)
         return Aggregation(dict(zip(clients, p.tolist())))
-
-
-#: FedAvg's own client side and aggregation, as defined here (a subclass or a patch that
-#: changes one of them goes client by client)
-_CLIENT_SIDE = (FedAvg.local_spec, FedAvg.upload, Algorithm.reads, FedAvg.aggregate)
 
 
 register("algorithm", "fedavg", FedAvgParams,

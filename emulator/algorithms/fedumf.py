@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 from ..compute.jobs import LocalSpec
 from ..compute.lazy import derived
 from ..registry import register
-from .base import Aggregation, sample_weights, weighted_sum
+from .base import Aggregation, BackgroundTraining, sample_weights, weighted_sum
 from .fedavg import FedAvg, FedAvgParams
 
 # why a selected client did not fuse (clients.csv fuse_skipped), spec 2.6
@@ -64,11 +64,12 @@ class FedUMFParams(FedAvgParams):
         return v
 
 
-class FedUMF(FedAvg):
+class FedUMF(FedAvg, BackgroundTraining):
+    """Declares `BackgroundTraining`: the protocol runs background jobs for S_t^c."""
+
     name = "fedumf"
     client_state = ("g",)
     supports = frozenset({"rounds"})
-    trains_unselected = True          # the protocol runs background jobs for S_t^c
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
@@ -85,7 +86,11 @@ class FedUMF(FedAvg):
         self._uploaded: dict = {}     # this round's selected clients that finished training: their job
         self.counts = {"fused": 0, "kept": 0, "lost_unfinished": 0, "lost_offline": 0, "lost_superseded": 0}
 
-    # -- the protocol's notices ------------------------------------------------------------
+    # -- the protocol's notices (BackgroundTraining) ------------------------------------------
+    @property
+    def unfinished(self) -> str:
+        return self.p.unfinished
+
     def begin_round(self, t: int, selected, available) -> None:
         """Round t starts: S_t and the clients online now (the others miss theta_t)."""
         off = np.ones(self.ctx.num_clients, dtype=bool)

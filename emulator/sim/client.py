@@ -27,7 +27,7 @@ class Client:
     group: str
     group_index: int
     compute: Any          # devices.compute.ComputeModel (shared by the group)
-    link: Any             # devices.network.Link / InstantLink (shared by the group)
+    link: Any             # devices.network.LinkModel: Link / InstantLink / TraceLink (shared by the group)
     availability: Any     # devices.availability.Availability (shared by the group, bound to it)
     streams: Any          # emulator.rng.Streams
     energy: Any = None    # fleet.EnergyParams or None
@@ -49,7 +49,7 @@ class Client:
         share of the round's bulk draw (RoundDraws); without one, random models draw from the
         client's own stream of that round."""
         m = self.compute
-        redraw = getattr(m, "redraw", None)
+        redraw = m.redraw
         if not m.random:
             rng = None
         elif redraw == "client":

@@ -1,4 +1,4 @@
-"""The random draws of one round, made in bulk per device group (DESIGN.md section 3,
+"""The random draws of one round, made in bulk per device group (docs/engine.md,
 "Randomness"): for the clients that work in round t, sorted by id, each group's compute model
 draws their clock parameters from the stream ("compute.round", group, t) and its link model
 their download and upload jitter from ("network.round", group, t). One stream per group and

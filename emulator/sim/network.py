@@ -1,5 +1,17 @@
 """Transfers in virtual time: over dedicated links (a timeout each), or as flows that share
-a server link or a topology max-min fairly (devices.network.FlowNetwork)."""
+a server link or a topology max-min fairly (devices.network.FlowNetwork).
+
+Over shared links (docs/engine.md, "Shared links"):
+- a unicast message is one flow along the client's path (its own link, then the shared
+  links), after the path's latency plus the client's own delay;
+- a multicast broadcast is ONE flow over the shared links per round and shared path, however
+  many clients receive it; each recipient's download ends when that flow has arrived and the
+  message has crossed its own link (a flow over its own link alone, after the same latency a
+  unicast would have): the later of the two (a recipient that starts after that flow
+  ended gets a flow of its own);
+- background traffic (work no round waits for: FedUMF's unselected clients) yields: its
+  flows get only the capacity the round's own flows leave, so it never delays a round.
+"""
 from __future__ import annotations
 
 import math
@@ -21,6 +33,21 @@ class Timed:
         pass
 
 
+class Joined:
+    """A multicast recipient's download: the round's shared multicast flow and the recipient's
+    own part; fires when both have arrived. Cancelling stops only the recipient's own part
+    (the others still receive the broadcast)."""
+
+    __slots__ = ("event", "own")
+
+    def __init__(self, env, shared, own):
+        self.own = own
+        self.event = env.all_of([shared.event, own.event])
+
+    def cancel(self):
+        self.own.cancel()
+
+
 class NetworkSim:
     def __init__(self, env, settings, clients, groups, streams):
         self.env = env
@@ -29,6 +56,7 @@ class NetworkSim:
         self.compression = {"up": settings.compression.up, "down": settings.compression.down}
         self.flows = None
         self.paths = {}
+        self._multicast = {}             # (broadcast key, shared path) -> its one flow
         self._bytes = {}
         self.group_of = np.fromiter((c.group_index for c in clients), np.int64, len(clients))
         self.links = {}                  # group index -> its link model (shared by the group)
@@ -38,7 +66,7 @@ class NetworkSim:
         # group's stream ("network.spread", group): one NumPy draw, however large the fleet
         self.factor = np.ones(len(clients))
         for gi, link in self.links.items():
-            if getattr(link, "spread", 0) > 0:
+            if link.spread > 0:
                 members = np.flatnonzero(self.group_of == gi)
                 self.factor[members] = link.spread_factors(len(members), streams.keyed("network.spread", gi))
         if settings.server_link is not None or settings.topology is not None:
@@ -106,10 +134,13 @@ class NetworkSim:
             out[sel] = self.links[int(gi)].transfer_times(nbytes, direction, sub, jitter[sel], self.factor[sub])
         return out
 
-    def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None):
+    def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None, background: bool = False,
+                 multicast=None):
         """Start moving a message; returns an object with `.event` (fires on arrival) and `.cancel()`.
-        The latency's jitter is given (the round's bulk draw) or drawn from `rng`."""
-        if jitter is None and getattr(client.link, "jitter", 0) > 0:
+        The latency's jitter is given (the round's bulk draw) or drawn from `rng`. Over shared
+        links: `background` traffic yields to the rest; `multicast` (a key naming the round's
+        broadcast) makes a download share the broadcast's one flow over the shared links."""
+        if jitter is None and client.link.jitter > 0:
             jitter = float(client.link.delay(rng) - client.link.latency)
         if self.flows is None:
             return Timed(self.env.timeout(self.link_time(client, nbytes, direction, jitter or 0.0)))
@@ -117,4 +148,13 @@ class NetworkSim:
         path = [("client", client.id, direction)]
         if math.isinf(self.flows.capacity[path[0]]):
             path = []
-        return self.flows.send(path + paths[direction], nbytes * 8.0, pl + client.link.delay(None, jitter or 0.0))
+        delay = pl + client.link.delay(None, jitter or 0.0)
+        if multicast is None:
+            return self.flows.send(path + paths[direction], nbytes * 8.0, delay, background)
+        shared_path = tuple(paths[direction])
+        key = (multicast, shared_path)
+        shared = self._multicast.get(key)
+        if shared is None:           # the broadcast's one flow over the shared links (never yields)
+            shared = self._multicast[key] = self.flows.send(list(shared_path), nbytes * 8.0, pl)
+            shared.event.callbacks.append(lambda _ev: self._multicast.pop(key, None))
+        return Joined(self.env, shared, self.flows.send(path, nbytes * 8.0, delay, background))

@@ -2,10 +2,21 @@
 
 Per-round client data is columnar (one NumPy array per column), so a 10,000-client fleet
 costs a few arrays per round, not 10,000 dicts. A `RoundLog` covers every client (dense:
-`rounds`, `intervals`) or only the clients it concerns (`ids`: an `async` merge logs its one
-client). A log is an aggregation's (`aggregation=True`) or records work that no aggregation
-used (an `async` job lost to a dropout): only aggregation logs count as rounds in the delay
-metrics.
+`rounds`, `intervals`) or only the clients it concerns (`ids`). Its `kind` is declared when it
+is made, through the recorder's API, never inferred from its columns:
+
+- ROUND (`round_log`): a round's (or interval's, or one model's) clients; an aggregation's
+  log when `aggregation` is set;
+- JOB (`job_log`, then `commit`): one client job of a run recorded per job (`async`: the
+  protocol declares `records_per_job`); it gets its round when committed: the merge it was
+  aggregated in, or for lost work the merge it would have counted toward at the earliest;
+- IDLE (`idle_log`): multi-model clients that trained no model this round (`model = -1`
+  in clients.csv); no algorithm weighs them.
+
+Only aggregation logs count as rounds in the delay metrics. Columns beyond the fixed ones
+(`extra`) are per-protocol or per-algorithm values; `sgd_steps` (SGD steps when `steps`
+counts iterations of several) and `job` are written through this API (`record_sgd_steps`,
+`job_log`) and read through `sgd_steps_total` and `kind`.
 """
 from __future__ import annotations
 
@@ -39,12 +50,16 @@ class Cells:
             setattr(self, k, memoryview(getattr(log, k)))
 
 
+ROUND, JOB, IDLE = "round", "job", "idle"      # RoundLog kinds (module docstring)
+
+
 class RoundLog:
     """Per-client columns of one round (and one model in multi-model runs). Index columns by
     `log.at(client)` (the client id itself in a dense log)."""
 
-    def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False):
-        self.round, self.task, self.aggregation = round_, task, aggregation
+    def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False,
+                 kind: str = ROUND):
+        self.round, self.task, self.aggregation, self.kind = round_, task, aggregation, kind
         self.num_clients = num_clients
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
         self.n = num_clients if ids is None else len(self.ids)
@@ -52,8 +67,11 @@ class RoundLog:
         if ids is not None:
             self._order = np.argsort(self.ids, kind="stable")
             self._sorted = self.ids[self._order]
-        self.cols = {k: np.full(self.n, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
-        self.__dict__.update(self.cols)        # log.steps etc.: the same arrays, plain attributes
+        c = self.cols = {k: np.full(self.n, d, dtype=t) for k, (t, d) in CLIENT_COLUMNS.items()}
+        # the same arrays as attributes (log.steps etc.)
+        self.available, self.selected, self.steps = c["available"], c["selected"], c["steps"]
+        self.compute_time, self.comm_time, self.dropped = c["compute_time"], c["comm_time"], c["dropped"]
+        self.weight, self.bytes_up, self.bytes_down = c["weight"], c["bytes_up"], c["bytes_down"]
         # lower bound on each row's compute time from the realised step clock (invariants.py)
         self.min_compute = np.zeros(self.n)
         self.extra: dict[str, np.ndarray] = {}
@@ -99,6 +117,16 @@ class RoundLog:
             self.extra[name] = np.full(self.n, default, dtype=dtype)
         self.extra[name][self.at(client)] = value
 
+    def record_sgd_steps(self, client: int, n: int) -> None:
+        """clients.csv `sgd_steps`: the SGD steps of a client whose `steps` counts iterations
+        of several (T-SFL epochs)."""
+        self.set_extra("sgd_steps", client, n, dtype=np.int64, default=0)
+
+    def sgd_steps_total(self) -> int:
+        """SGD steps this log's clients performed in virtual time."""
+        sgd = self.extra.get("sgd_steps")
+        return int(self.steps.sum() if sgd is None else sgd.sum())
+
     def drop(self, client: int, reason: str):
         i = self.at(client)
         self.cols["dropped"][i] = True
@@ -118,18 +146,38 @@ class RoundLog:
 
 class Recorder:
     def __init__(self, num_clients: int, participants_only: bool = False, events: bool = False,
-                 multi_model: bool = False):
+                 multi_model: bool = False, per_job: bool = False):
         self.num_clients = num_clients
         self.participants_only = participants_only
         self.multi_model = multi_model
+        self.per_job = per_job          # the protocol records one row per client job (JOB logs)
         self.metrics: list[dict] = []
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
+        """A ROUND log, recorded now."""
         log = RoundLog(round_, self.num_clients, task, ids, aggregation)
         self.rounds.append(log)
         return log
+
+    def idle_log(self, round_: int, ids) -> RoundLog:
+        """An IDLE log of round `round_` (multi-model clients that train no model), recorded now."""
+        log = RoundLog(round_, self.num_clients, -1, ids, kind=IDLE)
+        self.rounds.append(log)
+        return log
+
+    def job_log(self, client: int, job: int, task: int = 0) -> RoundLog:
+        """A JOB log of one client job (its `job` key), not yet recorded: `commit` records it
+        once its round is known."""
+        log = RoundLog(0, self.num_clients, task, ids=[client], kind=JOB)
+        log.set_extra("job", client, job, dtype=np.int64, default=0)
+        return log
+
+    def commit(self, log: RoundLog, round_: int) -> None:
+        """Record a JOB log under round `round_` (the merge it counts toward)."""
+        log.round = round_
+        self.rounds.append(log)
 
     def aggregations(self, task: Optional[int] = None) -> list:
         """The logs of aggregations (of model `task`), in order."""

@@ -1,4 +1,4 @@
-"""Build the world of one run from a validated scenario (DESIGN.md section 2, step 2):
+"""Build the world of one run from a validated scenario (docs/engine.md, "The world"):
 RNG streams, datasets and partitions, models, clients with their device models, the
 executor, the recorder and the protocol (which owns time)."""
 from __future__ import annotations
@@ -141,14 +141,15 @@ class World:
         self.clients = self._build_clients()
         self.executor = self._build_executor()
         self.network = NetworkSim(self.env, sc.network, self.clients, self.groups, self.streams)
+        proto = registry.get("protocol", sc.protocol.name)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
-                                 events=sc.output.events, multi_model=multi)
+                                 events=sc.output.events, multi_model=multi,
+                                 per_job=proto.factory.records_per_job)
         self.group_of = self.network.group_of          # each client's device group (ids are contiguous per group)
         # a group whose fraction rounds to no client has no one to be online
         self.group_members = [(m.members, m) for m in self.availabilities if len(m.members)]
         self.time_availability = any(m.kind == "time" for _, m in self.group_members)
         self._check_flops()
-        proto = registry.get("protocol", sc.protocol.name)
         self.protocol = proto.factory(self, sc.protocol)
         self.wall0 = None
         self.rounds_done = 0

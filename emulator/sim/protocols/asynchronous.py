@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
+from ...algorithms.base import VersionedModel
 from ...registry import register
-from ..recorder import RoundLog
 from .base import LocalWorkParams, Protocol
 
 
@@ -35,6 +34,14 @@ class AsyncParams(LocalWorkParams):
 
 class Async(Protocol):
     name = "async"
+    records_per_job = True          # clients.csv: one JOB log per client job (sim/recorder.py)
+
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        for task in world.tasks:
+            if not isinstance(task.algorithm, VersionedModel):
+                raise TypeError(f"protocol async needs an algorithm whose server model is versioned "
+                                f"(algorithms.base.VersionedModel); {task.algorithm.name} is not")
 
     def process(self):
         w, env = self.world, self.env
@@ -67,16 +74,14 @@ class Async(Protocol):
             algo = task.algorithm
             v0 = algo.version
             bc = self.broadcast(task, job)
-            log = RoundLog(v0, w.num_clients, task.index, ids=[client.id])
+            log = w.recorder.job_log(client.id, job, task.index)
             log.available[0] = log.selected[0] = True
-            log.set_extra("job", client.id, job, dtype=np.int64, default=0)
             steps = self.local_steps(client.id, task)
             yield from self.participate(
                 client, task, job, bc, steps, log,
                 lambda cid, up, st: self.merge(task, cid, up, st, log, v0), None)
             if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
-                log.round = self.merges + 1
-                w.recorder.rounds.append(log)
+                w.recorder.commit(log, self.merges + 1)
 
     def merge(self, task, cid, up, steps, log, v0):
         """The server merges one arrival (Xie Alg. 1 updater)."""
@@ -84,13 +89,14 @@ class Async(Protocol):
             return
         env, w = self.env, self.world
         algo = task.algorithm
-        arrivals, agg = self.aggregate(task, algo.version + 1, [(cid, up, steps)], log, round_of=lambda c: v0)
+        next_version = algo.version + 1     # the aggregation's round number: the version it makes
+        arrivals, agg = self.aggregate(task, next_version, [(cid, up, steps)], log, round_of=lambda c: v0)
         self.merges += 1
-        t = log.round = self.merges
-        w.recorder.rounds.append(log)
+        merge = self.merges
+        w.recorder.commit(log, merge)
         extra = {"round_time": env.now - self.t_last, "version": algo.version, **agg.round_cols}
         self.t_last = env.now
-        self.finish_aggregation(task, t, arrivals, log, extra)
+        self.finish_aggregation(task, merge, arrivals, log, extra)
         waiters, self._waiters = self._waiters, []
         for ev in waiters:
             ev.succeed()

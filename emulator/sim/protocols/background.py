@@ -2,7 +2,9 @@
 later (FedUMF's unselected clients, fedumf.md 2.6).
 
 An unselected, online client downloads the round's broadcast and is busy for its compute
-time; it competes with nothing but its availability and never delays a round. When its job
+time; it competes with nothing but its availability and never delays a round: over shared
+links its transfers yield to the round's (sim/network.py), and a multicast broadcast is one
+flow whoever receives it. When its job
 ends in virtual time the algorithm keeps the result (lazily: the job is computed only if a
 later round reads it). It produces nothing when:
 - the client goes offline while working (continuous-time availability): `offline`;
@@ -18,10 +20,9 @@ Stopped work keeps the compute time it had used; clients.csv marks background ro
 """
 from __future__ import annotations
 
-import math
-
 from ...compute.jobs import TrainJob
 from ..client import State
+from .outcome import steps_done
 
 
 class Background:
@@ -41,6 +42,7 @@ class Background:
     def _train(self, client, task, t, bc, log, draws=None):
         proto, algo = self.proto, task.algorithm
         work = proto.begin(client, task, t, log, draws)
+        work.background = True             # its transfers yield to the round's (sim/network.py)
         log.set_extra("trained", client.id, True, dtype=bool, default=False)
         proc = self.env.active_process
 
@@ -69,11 +71,11 @@ class Background:
         if mode == "wait":
             return proc
         if mode == "partial" and work is not None and work.phase == State.COMPUTING:
-            done = int(math.floor(work.unit * (self.env.now - work.t0) / work.dur + 1e-9)) if work.dur > 0 else 0
+            done = steps_done(work.recorded_steps, self.env.now - work.since, work.compute_s)
             if done > 0:      # the completed steps: a shorter job on the same batches
                 ex = self.proto.world.executor
-                fut = ex.submit(TrainJob(task.index, client.id, work.t, done, spec, task.batch_size))
-                task.algorithm.keep(client.id, work.t, fut, spec)
+                fut = ex.submit(TrainJob(task.index, client.id, work.round, done, spec, task.batch_size))
+                task.algorithm.keep(client.id, work.round, fut, spec)
                 proc.interrupt("partial")
                 return None
         task.algorithm.forget(client.id, "unfinished")     # now: the client fuses nothing this round

@@ -1,4 +1,4 @@
-"""A round's jobs as cohorts (DESIGN.md section 3), for algorithms whose client side depends on
+"""A round's jobs as cohorts (docs/engine.md, "Cohorts"), for algorithms whose client side depends on
 no client (`Algorithm.cohort_spec`): the arrivals' jobs are one CohortJob, in arrival order,
 whose rows (each client's own result) the algorithm aggregates (`aggregate_rows`); the jobs
 of clients that started computing but did not arrive are counted (virtual work) and never

@@ -66,6 +66,10 @@ class IntervalsParams(Params):
 class Intervals(Protocol):
     name = "intervals"
 
+    def __init__(self, world, params):
+        super().__init__(world, params)
+        self.selector = self.make_selector(params.select)
+
     def subset(self, cid: int, t: int, pool: int) -> Optional[np.ndarray]:
         """This interval's local sample numbers (Case 3), or None for all of them."""
         ds = self.p.data_sizes
@@ -76,7 +80,7 @@ class Intervals(Protocol):
         size = min(max(int(np.floor(rng.normal(ds.mean[g], ds.std[g]))), 1), pool)
         return np.sort(rng.choice(pool, size, replace=False))
 
-    def plan(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None,
+    def fit_iterations(self, client, task, t: int, start: float, budget: float, n_samples: Optional[int] = None,
              draw=None) -> tuple:
         """(tau, SGD steps per iteration, compute seconds, lower bound on one iteration's
         time) for `budget` seconds of compute starting at `start` (one clock: one speed draw
@@ -142,12 +146,12 @@ class Intervals(Protocol):
                 log.drop(cid, "undeliverable")
                 continue
             rows = self.subset(cid, t, int(task.client_sizes[cid]))
-            tau, spi, dur, floor = self.plan(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows),
+            tau, spi, dur, floor = self.fit_iterations(c, task, t, t0 + d, delta - d - u, None if rows is None else len(rows),
                                              draws.draw(cid))
             dur = self.within(t0, d, dur, u, delta)
             if rows is not None:
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
-            log.set_extra("sgd_steps", cid, tau * spi, dtype=np.int64, default=0)
+            log.record_sgd_steps(cid, tau * spi)
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts
@@ -174,7 +178,7 @@ class Intervals(Protocol):
         def body():
             yield from self.download(work, self.message_numel(task, "down"))
             fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), tau * spi, duration=dur,
-                                          record_steps=tau, unit_floor=floor, rows=rows)
+                                          record_steps=tau, step_floor=floor, rows=rows)
             up = algo.upload(client.id, t, fut)
             up.meta["tau"] = tau
             if rows is not None:

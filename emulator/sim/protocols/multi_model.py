@@ -31,7 +31,7 @@ from ... import gain as G
 from ...registry import Params, register
 from ..client import State
 from .base import Gate, LocalWorkParams, Protocol, closing_time
-from .participation import Participation
+from ..simpy_internals import Driver
 from .rounds import Wait, WaitAll
 
 
@@ -85,7 +85,7 @@ class MultiModel(Protocol):
         for task in world.tasks:                       # Alg. 1 line 1: models start at 0 (A17)
             model = world.sc.workload_list[task.index].model.name
             if p.init == "zeros" or (p.init == "auto" and model in ("quadratic", "logreg")):
-                task.algorithm.x = torch.zeros_like(task.algorithm.x)
+                task.algorithm.start_from(torch.zeros_like(task.algorithm.global_params()))
         self.series = {m: ([], [], []) for m in range(M)}   # model -> evaluated (rounds, values, times)
         self.all_hit = None       # (T_P, virtual time) once every model met its target
         self.model_start = {}     # sequential: model -> (first round, virtual time it started)
@@ -106,7 +106,7 @@ class MultiModel(Protocol):
         groups = self.assigner.assign(t, avail, self.rng)
         busy = np.concatenate(groups) if groups else np.zeros(0, np.int64)
         idle = np.setdiff1d(np.arange(w.num_clients), busy)
-        idle_log = w.recorder.round_log(t, task=-1, ids=idle)
+        idle_log = w.recorder.idle_log(t, idle)
         idle_log.available[:] = np.isin(idle, avail)
         u0 = (t - 1) % self.M
         close = closing_time(env, self.p.wait.seconds) if self.p.wait.mode == "deadline" else None
@@ -144,7 +144,7 @@ class MultiModel(Protocol):
         for cid in members:
             c = w.clients[int(cid)]
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
-            parts.append(Participation(self.participate(
+            parts.append(Driver(self.participate(
                 c, task, t, bc, steps(int(cid)), log,
                 gate.arrive, gate.fail, draws=draws)))
         self.start_participants(parts)

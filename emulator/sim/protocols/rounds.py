@@ -14,12 +14,13 @@ import numpy as np
 
 from pydantic import BeforeValidator, Field
 
+from ...algorithms.base import BackgroundTraining
 from ...registry import Params, register
 from ..client import State
 from .background import Background
 from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
 from .cohort import submit_cohort
-from .participation import Participation
+from ..simpy_internals import Driver
 from .vector import vector_round
 
 
@@ -58,6 +59,8 @@ class Rounds(Protocol):
 
     def __init__(self, world, params):
         super().__init__(world, params)
+        self.selector = self.make_selector(params.select)
+        self.multicast = params.broadcast == "multicast"
         self.last_participants = 0
         self.background = Background(self)
         why = self.vector_blockers()
@@ -75,7 +78,7 @@ class Rounds(Protocol):
             why.append("clients go offline in continuous time (availability)")
         if w.network.flows is not None:
             why.append("transfers share links (network.server_link / topology)")
-        if any(getattr(t.algorithm, "trains_unselected", False) for t in w.tasks):
+        if any(isinstance(t.algorithm, BackgroundTraining) for t in w.tasks):
             why.append("the algorithm trains unselected clients in the background")
         if w.recorder.events is not None:
             why.append("the event trace is on (output.events)")
@@ -106,65 +109,80 @@ class Rounds(Protocol):
         start = env.now
         avail = self.available(t)
         chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
-        algo = task.algorithm
-        background = getattr(algo, "trains_unselected", False)
-        if w.recorder.participants_only and not background:   # rows of the participants only
-            log = w.recorder.round_log(t, ids=chosen)
-            log.available[:] = True
-        else:
-            log = w.recorder.round_log(t)
-            log.available[avail] = True
-        log.selected[log.positions(chosen)] = True
-        wait = self.p.wait
-        gate = Gate(env, len(chosen), wait.k if wait.mode == "first_k" else None)
+        background = isinstance(task.algorithm, BackgroundTraining)
+        log = self.round_log(t, chosen, avail, every_client=background)
         if background:
-            algo.begin_round(t, chosen, avail)
+            task.algorithm.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
         self.multicast_sent = False
+        self.multicast_key = (task.index, t)
         ids = np.asarray(chosen).tolist()
-        if background:
-            picked = set(ids)
-            unselected = [c for c in np.asarray(avail).tolist() if c not in picked]
-        else:
-            unselected = []
+        unselected = self.unselected(ids, avail) if background else []
         workers = ids + unselected
         steps = self.steps_of(workers, task)
         draws = self.round_draws(t, workers, steps)
         if self.engine == "vector":
-            items = yield from vector_round(self, task, t, chosen, steps[:len(chosen)], log, bc, draws)
-            self.last_participants = len(items)
-            arrivals, agg = self.aggregate(task, t, items, log)
-            self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
-            return
-        shared = self.cohort_spec(task, t, bc)
-        plans = None if background else self.plan_round(task, t, chosen, steps[:len(chosen)], draws)
+            items = yield from vector_round(self, task, t, chosen, steps[:len(ids)], log, bc, draws)
+        else:
+            items = yield from self.process_round(task, t, ids, steps, log, bc, draws, unselected)
+        self.last_participants = len(items)
+        arrivals, agg = self.aggregate(task, t, items, log)
+        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
+
+    def round_log(self, t: int, chosen, avail, every_client: bool):
+        """Round t's log: a row per client, or (`output.clients_csv: participants`, unless
+        `every_client`: background work has rows too) per participant."""
+        rec = self.world.recorder
+        if rec.participants_only and not every_client:
+            log = rec.round_log(t, ids=chosen)
+            log.available[:] = True
+        else:
+            log = rec.round_log(t)
+            log.available[avail] = True
+        log.selected[log.positions(chosen)] = True
+        return log
+
+    @staticmethod
+    def unselected(ids: list, avail) -> list:
+        """The online clients not selected (they train in the background: FedUMF Alg.1 L6)."""
+        picked = set(ids)
+        return [c for c in np.asarray(avail).tolist() if c not in picked]
+
+    def process_round(self, task, t: int, ids: list, steps, log, bc, draws, unselected: list):
+        """Generator: round t under the process engine: the participants `ids` (and the
+        `unselected` clients' background work) as SimPy events, until the round closes.
+        Returns the arrived items (client, upload, steps), or the arrivals' Cohort."""
+        w, env, wait = self.world, self.env, self.p.wait
+        algo = task.algorithm
+        background = isinstance(algo, BackgroundTraining)
+        gate = Gate(env, len(ids), wait.k if wait.mode == "first_k" else None)
+        spec = self.cohort_spec(task, t, bc)
+        planned = None if background else self.planned_seconds(task, t, ids, steps[:len(ids)], draws)
         parts = []
         events = w.recorder.events is not None
-        for cid, k, plan in zip(ids, steps.tolist(), [None] * len(ids) if plans is None else plans):
+        for cid, k, secs in zip(ids, steps.tolist(), [None] * len(ids) if planned is None else planned):
             c = w.clients[cid]
             if events:
                 self.set_state(c, State.SELECTED, t)
-            first = self.background.settle(c, task, t, algo.p.unfinished) if background else None
-            parts.append(Participation(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
-                                                        draws=draws, cohort=shared is not None, plan=plan)))
+            first = self.background.settle(c, task, t, algo.unfinished) if background else None
+            parts.append(Driver(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
+                                                 draws=draws, cohort=spec is not None, seconds=secs)))
         self.start_participants(parts)
-        for cid in unselected:           # every other online client trains too (FedUMF Alg.1 L6)
+        for cid in unselected:
             self.background.start(w.clients[cid], task, t, bc, log, draws)
         if wait.mode == "deadline":
             yield gate.done | closing_time(env, wait.seconds)
         else:
             yield gate.done
         items = yield from self.close_round(gate, parts)
-        self.last_participants = len(items)
-        if shared is not None:           # the arrivals' cohort (late clients' jobs were counted as they started)
+        if spec is not None:             # the arrivals' cohort (late clients' jobs were counted as they started)
             came, _, came_steps = zip(*items) if items else ((), (), ())
-            items = submit_cohort(w.executor, task, t, shared, came, came_steps, counted=True)
+            items = submit_cohort(w.executor, task, t, spec, came, came_steps, counted=True)
         if background:                   # clients.csv `trained`: participants that computed too
-            for cid in chosen:
+            for cid in ids:
                 if log.steps[cid] > 0:
                     log.set_extra("trained", cid, True, dtype=bool, default=False)
-        arrivals, agg = self.aggregate(task, t, items, log)
-        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
+        return items
 
 
 register("protocol", "rounds", RoundsParams,

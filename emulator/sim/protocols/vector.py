@@ -1,17 +1,18 @@
-"""The vector engine of `rounds` (DESIGN.md section 3, "Protocol"): a round as NumPy over its
+"""The vector engine of `rounds` (docs/engine.md, "Engines"): a round as NumPy over its
 participants and one timeout, when nothing can interrupt a client during the round
 (per-round availability, dedicated links, no background work, no event trace).
 
 For the participants (ascending id of the selection) it takes the round's bulk draws
 (sim/draws.py, the same numbers the process engine reads), and computes, with the same float
-operations SimPy performs on its clock, when each download ends (a1 = t0 + d), each
-computation (a2 = a1 + c) and each upload (a3 = a2 + u); the round closes at T: the last a3
-(`all`), the deadline if earlier (`deadline`; an upload at exactly the deadline counts), or
-the k-th a3 (`first_k`; every upload at that same instant counts, as in SimPy, where they are
-processed before the waiting round resumes). Uploads are aggregated in SimPy's order: by a3,
-then a2, then a1, then selection order (each event of a client is created by its previous
-one, so equal-time events keep the order of their causes). A participant still working at T
-is stopped there, its partial times recorded exactly as the process engine's `guard` does.
+operations SimPy performs on its clock, when each download ends (down_end = t0 + d), each
+computation (compute_end = down_end + c) and each upload (up_end = compute_end + u); the round
+closes at `close`: the last up_end (`all`), the deadline if earlier (`deadline`; an upload at
+exactly the deadline counts), or the k-th up_end (`first_k`; every upload at that same instant
+counts, as in SimPy, where they are processed before the waiting round resumes). Uploads are
+aggregated in SimPy's order: by up_end, then compute_end, then down_end, then selection order
+(each event of a client is created by its previous one, so equal-time events keep the order
+of their causes). A participant still working at `close` is stopped there, its partial times
+recorded as the process engine's stop records them (outcome.py: the same formulas).
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import math
 import numpy as np
 
 from .cohort import submit_cohort
-from .round_plan import round_times
+from .outcome import multicast_first, never_ends, steps_done
+from .round_times import round_times
 
 
 def at_time(env, when: float):
@@ -33,110 +35,130 @@ def at_time(env, when: float):
     return env.timeout(max(delay, 0.0))
 
 
+class Ends:
+    """A round's participants and when each one's pieces end (virtual time; inf: never)."""
+
+    def __init__(self, t0, ids, steps, d, dur, floor, u):
+        self.t0, self.ids, self.steps, self.dur, self.floor = t0, ids, steps, dur, floor
+        self.down = t0 + d
+        self.compute = np.where(dur > 0, self.down + dur, self.down)
+        self.up = self.compute + u
+
+
+def close_time(wait, ends: Ends) -> float:
+    """When the round closes: the last upload (`all`), the deadline if earlier, or the k-th upload."""
+    n = len(ends.ids)
+    if n == 0:
+        return ends.t0
+    if wait.mode == "all":
+        return float(ends.up.max())
+    if wait.mode == "deadline":
+        return min(ends.t0 + wait.seconds, float(ends.up.max()))
+    return float(np.sort(ends.up)[min(wait.k, n) - 1])
+
+
 def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     """Generator: round t of `proto` (a Rounds) for `chosen` (with their planned `steps`), as
-    one timeout. Returns the arrived items [(client, upload, steps)] in SimPy's arrival order."""
-    w, env = proto.world, proto.env
-    algo = task.algorithm
-    t0 = env.now
+    one timeout. Returns the arrived items [(client, upload, steps)] in SimPy's arrival order
+    (or the arrivals' Cohort)."""
+    env = proto.env
     ids = np.asarray(chosen, dtype=np.int64)
     n = len(ids)
-    (nd, bd), (nu, bu) = proto.messages(task)
     steps = np.asarray(steps, dtype=np.int64)
-    d, dur, floor, u = round_times(proto, task, t, ids, steps, draws)
-    a1 = t0 + d
-    a2 = np.where(dur > 0, a1 + dur, a1)
-    a3 = a2 + u
+    ends = Ends(env.now, ids, steps, *round_times(proto, task, t, ids, steps, draws))
     wait = proto.p.wait
-    if n and not np.isfinite(a3).all():
+    if n and not np.isfinite(ends.up).all():
         # a step that never ends (0 iterations per period): the process engine's client stays
         # busy for good; where the round waits for it, nothing is left to happen
-        if wait.mode == "all" or (wait.mode == "first_k" and np.isfinite(a3).sum() < min(wait.k, n)):
-            items = yield from _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor,
-                                             bd, bu, nd, nu)
+        if wait.mode == "all" or (wait.mode == "first_k" and np.isfinite(ends.up).sum() < min(wait.k, n)):
+            items = yield from _never_closes(proto, task, t, log, bc, ends)
             return items
-    if n == 0:
-        T = t0
-    elif wait.mode == "all":
-        T = float(a3.max())
-    elif wait.mode == "deadline":
-        T = min(t0 + wait.seconds, float(a3.max()))
-    else:
-        T = float(np.sort(a3)[min(wait.k, n) - 1])
-    arrived = a3 <= T
-    order = np.lexsort((np.arange(n), a1, a2, a3))       # SimPy's order: by a3, a2, a1, selection
+    close = close_time(wait, ends)
+    arrived = ends.up <= close
+    order = np.lexsort((np.arange(n), ends.down, ends.compute, ends.up))   # SimPy's order
     order = order[arrived[order]]
-    shared = proto.cohort_spec(task, t, bc)
-    if shared is not None:
-        # one job for the round's arrivals (in arrival order); the clients that started
-        # computing but did not arrive are counted (never read: never computed)
-        late = (a1 <= T) & ~arrived
-        cohort = submit_cohort(w.executor, task, t, shared, ids[order], steps[order], steps[late])
-    else:
-        # jobs and uploads, in selection order (the process engine submits a job when its client
-        # starts computing and asks the algorithm for the upload when it finishes)
-        futs, ups = {}, {}
-        for i, c in enumerate(ids.tolist()):
-            if a1[i] <= T:
-                futs[i] = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
-        for i in range(n):
-            if i in futs and a2[i] <= T:
-                ups[i] = algo.upload(int(ids[i]), t, futs[i])
-    if T > t0:
-        yield at_time(env, T)
-    # the log, as the pieces and `guard` write it (inf - inf of a never-ending step: masked out)
-    old = np.seterr(invalid="ignore")
-    down_done, up_started = a1 <= T, a2 <= T
-    computing = down_done & ~up_started
-    comm = np.where(down_done, a1 - t0, T - t0)
-    comm = np.where(arrived, comm + (a3 - a2), np.where(up_started, comm + (T - a2), comm))
-    elapsed = np.where(computing, T - a1, 0.0)
-    safe = np.where(dur > 0, dur, 1.0)
-    partial = np.where(dur > 0, np.floor(steps * elapsed / safe + 1e-9), steps)
-    rec_steps = np.where(up_started, steps, np.where(computing, partial, 0)).astype(np.int64)
-    rows = log.positions(ids)
-    log.comm_time[rows] = comm
-    log.steps[rows] = rec_steps
-    log.compute_time[rows] = np.where(up_started, dur, np.where(computing, elapsed, 0.0))
-    log.min_compute[rows] = rec_steps * floor
-    down_bytes = np.where(down_done, bd, 0)
-    if getattr(proto.p, "broadcast", "unicast") == "multicast" and down_done.any():
-        first = min(np.flatnonzero(down_done), key=lambda i: (a1[i], i))   # counted once, at the first arrival
-        down_bytes = np.zeros(n, dtype=np.int64)
-        down_bytes[first] = bd
-    log.bytes_down[rows] = down_bytes
-    log.bytes_up[rows] = np.where(arrived, bu, 0)
-    log.messages.extend([(nd, bd, "down")] * int((down_bytes > 0).sum()) + [(nu, bu, "up")] * int(arrived.sum()))
-    np.seterr(**old)
+    items = _jobs(proto, task, t, bc, ends, close, arrived, order)
+    if close > ends.t0:
+        yield at_time(env, close)
+    _record(proto, task, log, ends, close, arrived)
     for i in np.flatnonzero(~arrived):
         log.drop(int(ids[i]), "late")
-    if shared is not None:
-        return cohort
+    return items
+
+
+def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
+    """Submit the round's jobs as the process engine does; returns its items (or the Cohort)."""
+    algo, ids, steps = task.algorithm, ends.ids, ends.steps
+    spec = proto.cohort_spec(task, t, bc)
+    if spec is not None:
+        # one job for the round's arrivals (in arrival order); the clients that started
+        # computing but did not arrive are counted (never read: never computed)
+        late = (ends.down <= close) & ~arrived
+        return submit_cohort(proto.world.executor, task, t, spec, ids[order], steps[order], steps[late])
+    # jobs and uploads, in selection order (the process engine submits a job when its client
+    # starts computing and asks the algorithm for the upload when it finishes)
+    futs, ups = {}, {}
+    for i, c in enumerate(ids.tolist()):
+        if ends.down[i] <= close:
+            futs[i] = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
+    for i in range(len(ids)):
+        if i in futs and ends.compute[i] <= close:
+            ups[i] = algo.upload(int(ids[i]), t, futs[i])
     return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
 
 
-def _never_closes(proto, task, t, ids, steps, log, bc, d, a1, a2, a3, dur, floor, bd, bu, nd, nu):
+def _record(proto, task, log, ends: Ends, close: float, arrived) -> None:
+    """The log, as the pieces and a stop write it (inf - inf of a never-ending step: masked out)."""
+    (numel_down, bytes_down), (numel_up, bytes_up) = proto.messages(task)
+    t0, steps = ends.t0, ends.steps
+    old = np.seterr(invalid="ignore")
+    down_done, up_started = ends.down <= close, ends.compute <= close
+    computing = down_done & ~up_started
+    comm = np.where(down_done, ends.down - t0, close - t0)
+    comm = np.where(arrived, comm + (ends.up - ends.compute), np.where(up_started, comm + (close - ends.compute), comm))
+    elapsed = np.where(computing, close - ends.down, 0.0)
+    partial = steps_done(steps, elapsed, ends.dur)
+    rec_steps = np.where(up_started, steps, np.where(computing, partial, 0)).astype(np.int64)
+    rows = log.positions(ends.ids)
+    log.comm_time[rows] = comm
+    log.steps[rows] = rec_steps
+    log.compute_time[rows] = np.where(up_started, ends.dur, np.where(computing, elapsed, 0.0))
+    log.min_compute[rows] = rec_steps * ends.floor
+    down_bytes = np.where(down_done, bytes_down, 0)
+    first = multicast_first(ends.down, down_done) if proto.multicast else None
+    if first is not None:                # counted once, at the first arrival
+        down_bytes = np.zeros(len(ends.ids), dtype=np.int64)
+        down_bytes[first] = bytes_down
+    log.bytes_down[rows] = down_bytes
+    log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
+    log.messages.extend([(numel_down, bytes_down, "down")] * int((down_bytes > 0).sum())
+                        + [(numel_up, bytes_up, "up")] * int(arrived.sum()))
+    np.seterr(**old)
+
+
+def _never_closes(proto, task, t, log, bc, ends: Ends):
     """A round that waits for a client whose computation never ends: everyone else's work is
     recorded as it happens, then the round waits on an event that never fires (the run stalls,
     as under the process engine)."""
     env, algo = proto.env, task.algorithm
-    t0 = env.now
-    fin = np.isfinite(a3)
+    (numel_down, bytes_down), (numel_up, bytes_up) = proto.messages(task)
+    ids, steps, t0 = ends.ids, ends.steps, ends.t0
+    fin = np.isfinite(ends.up)
     for i, c in enumerate(ids.tolist()):     # every download ends; finite computations and uploads too
         fut = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
         if fin[i]:
             algo.upload(c, t, fut)
-    last = float(np.max(np.where(fin, a3, a1)))
+    last = float(np.max(np.where(fin, ends.up, ends.down)))
     if last > t0:
         yield at_time(env, last)
     rows = log.positions(ids)
-    with np.errstate(invalid="ignore"):        # a3 - a2 is inf - inf where a step never ends (not fin)
-        log.comm_time[rows] = np.where(fin, (a1 - t0) + (a3 - a2), a1 - t0)
+    with np.errstate(invalid="ignore"):        # up - compute is inf - inf where a step never ends
+        log.comm_time[rows] = np.where(fin, (ends.down - t0) + (ends.up - ends.compute), ends.down - t0)
     log.steps[rows] = np.where(fin, steps, 0)
-    log.compute_time[rows] = np.where(fin, dur, 0.0)
-    log.min_compute[rows] = np.where(fin, steps * floor, 0.0)
-    log.bytes_down[rows] = bd
-    log.bytes_up[rows] = np.where(fin, bu, 0)
-    log.messages.extend([(nd, bd, "down")] * len(ids) + [(nu, bu, "up")] * int(fin.sum()))
-    yield env.event()                        # never fires
+    log.compute_time[rows] = np.where(fin, ends.dur, 0.0)
+    log.min_compute[rows] = np.where(fin, steps * ends.floor, 0.0)
+    log.bytes_down[rows] = bytes_down
+    log.bytes_up[rows] = np.where(fin, bytes_up, 0)
+    log.messages.extend([(numel_down, bytes_down, "down")] * len(ids) + [(numel_up, bytes_up, "up")] * int(fin.sum()))
+    yield never_ends(env)
     return []

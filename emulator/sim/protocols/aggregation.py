@@ -1,0 +1,201 @@
+"""A protocol's aggregation step (docs/engine.md, "Aggregation"): resolve the uploads the
+algorithm reads (lazily: the others are never computed), call the algorithm, record its
+weights and columns; then `finish_aggregation` builds the metrics row and runs what follows
+an aggregation as callbacks `(world, Aggregated)`: the protocol's `before_record` list
+(divergence check, evaluation when due: they may add columns), the row is appended (a
+diverged run stops here), then its `after_record` list (keep the last good model, report
+progress). A protocol or a user adds a callback to either list. A mixin of `Protocol`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ...algorithms.base import Arrival, Rows
+from ...compute.lazy import Lazy, force, resolve
+from ...errors import DivergedError, InvariantError
+from .cohort import Cohort
+
+
+class Aggregating:
+    """Aggregation and what follows it, a mixin of `Protocol`."""
+
+    def aggregate(self, task, t: int, items: list, log, round_of=None) -> tuple:
+        """Two phases: the algorithm first says which uploads it will read (`reads`: DMS
+        filters here), only those are resolved (batched, with any lazy metadata such as
+        probes); then it aggregates and its result (weights, per-client columns) is recorded.
+        Unread uploads keep `vectors=None`: their training is never computed.
+        `items` are (client, upload, steps); the upload's meta may carry `n_samples`
+        (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
+        algo = task.algorithm
+        if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
+            return self.aggregate_cohort(task, t, items, log)
+        arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
+                            n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
+                            train_loss=float("nan"), meta=u.meta) for cid, u, steps in items]
+        need = set(algo.reads(t, arrivals)) if arrivals else set()
+        lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
+        read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
+        resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
+                + lazy_meta)
+        want = algo.message_numel("up")
+        for a, u in read:
+            a.vectors = [force(v) for v in u.vectors]
+            got = int(sum(v.numel() for v in a.vectors))
+            if got != want:
+                raise InvariantError(f"{algo.name}: client {a.client} uploaded {got} parameters but the "
+                                     f"algorithm declares {want} (up_vectors x dim): a flemu bug")
+            if u.result is not None:
+                a.train_loss = force(u.result).loss_mean
+        for a in arrivals:
+            a.meta = {k: force(v) for k, v in a.meta.items()}
+        agg = algo.aggregate(t, arrivals)
+        self.record_aggregation(log, agg)
+        if task.buffers is not None:
+            self.average_buffers(task, agg, read)
+        return arrivals, agg
+
+    def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
+        """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its results
+        go to the algorithm as columns (`Rows`), with no object per client."""
+        algo = task.algorithm
+        dim = algo.message_numel("up")
+        if cohort.future is None:
+            res_params, loss = [], np.zeros(0)
+        else:
+            res = force(cohort.future)
+            res_params, loss = res.params, res.loss_mean
+            got = res_params[0].numel()           # one job's spec: every row alike
+            if got != dim:
+                raise InvariantError(f"{algo.name}: clients uploaded {got} parameters but the "
+                                     f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
+        rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
+                    steps=cohort.steps, params=res_params, train_loss=loss)
+        agg = algo.aggregate_rows(t, rows)
+        self.record_aggregation(log, agg)
+        return rows, agg
+
+    @staticmethod
+    def record_aggregation(log, agg) -> None:
+        """clients.csv: each client's weight and the algorithm's per-client columns."""
+        log.aggregation = True
+        if agg.weights:
+            log.weight[log.positions(np.fromiter(agg.weights, np.int64, len(agg.weights)))] = \
+                np.fromiter(agg.weights.values(), np.float64, len(agg.weights))
+        for col, vals in agg.client_cols.items():
+            for cid, v in vals.items():
+                if isinstance(v, str):
+                    log.set_extra(col, cid, v, dtype=object, default="")
+                else:
+                    log.set_extra(col, cid, v)
+
+    @staticmethod
+    def average_buffers(task, agg, read) -> None:
+        """BatchNorm running statistics follow the clients' FedAvg-style, with the
+        aggregation's own weights: b <- b + sum_i w_i (b_i - b). Weights summing to 1 give
+        the weighted mean sum_i w_i b_i (FedAvg, FedProx, DMS); FedAsync's mixing weight
+        alpha_k gives (1 - alpha_k) b + alpha_k b_i. Clients of weight 0 do not count."""
+        b = task.buffers
+        step = torch.zeros_like(b)
+        for a, u in read:
+            wgt = agg.weights.get(a.client, 0.0)
+            if wgt and u.result is not None:
+                bi = force(u.result).buffers
+                if bi is not None:
+                    step += wgt * (bi.to(b) - b)
+        task.buffers = b + step
+
+    def finish_aggregation(self, task, t: int, arrivals: list, log, extra: Optional[dict] = None) -> dict:
+        """After an aggregation: build the metrics row, run the `before_record` callbacks
+        (divergence check, evaluation when due; each may add columns), append the row, stop
+        a diverged run, then run the `after_record` callbacks (keep the model as the last
+        good one, report progress). Returns the row."""
+        w = self.world
+        w.rounds_done = max(w.rounds_done, t)
+        row, train_loss = self.metrics_row(task, t, arrivals, log, extra)
+        done = Aggregated(task, t, row, train_loss)
+        for callback in self.before_record:
+            callback(w, done)
+        w.recorder.metric(row)
+        log.round_time = row.get("round_time")
+        if done.diverged is not None:
+            raise done.diverged
+        for callback in self.after_record:
+            callback(w, done)
+        return row
+
+    def metrics_row(self, task, t: int, arrivals, log, extra: Optional[dict]) -> tuple:
+        """The aggregation's metrics row (before evaluation) and its train loss (None: no
+        arrival reported one)."""
+        if isinstance(arrivals, Rows):
+            ok = (arrivals.steps > 0) & ~np.isnan(arrivals.train_loss)
+            losses, nw = arrivals.train_loss[ok], arrivals.n_samples[ok].astype(float)
+        else:
+            losses = [a.train_loss for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)]
+            nw = np.array([a.n_samples for a in arrivals if a.steps > 0 and not math.isnan(a.train_loss)], float)
+        train_loss = float(np.dot(nw, losses) / nw.sum()) if len(losses) else float("nan")
+        row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": self.world.wall(),
+               "participants": len(arrivals), "selected": int(log.selected.sum()),
+               "dropped": int(log.dropped.sum()),
+               "bytes_up": int(log.bytes_up.sum()), "bytes_down": int(log.bytes_down.sum()),
+               "train_loss": train_loss}
+        if extra:
+            row.update(extra)
+        return row, (train_loss if len(losses) else None)
+
+
+@dataclass
+class Aggregated:
+    """What an after-aggregation callback sees: the model's task, the round, the metrics row
+    being built (a `before_record` callback may add columns), the round's train loss (None:
+    no arrival reported one), and the divergence found (None: none)."""
+
+    task: object
+    round: int
+    row: dict
+    train_loss: Optional[float]
+    diverged: Optional[DivergedError] = None
+
+
+def check_divergence(world, done: Aggregated) -> None:
+    """A model or train loss that is no longer finite stops the run (after its row is kept)."""
+    try:
+        world.check_finite(done.task, done.round, done.train_loss)
+    except DivergedError as e:
+        done.diverged = e
+
+
+def evaluate_when_due(world, done: Aggregated) -> None:
+    """Evaluate every `run.eval_every` rounds (or at the first aggregation at or after each
+    point of the `eval_every_seconds` grid) and at the last round, unless diverged."""
+    run, t, now = world.sc.run, done.round, world.env.now
+    last = run.rounds is not None and t >= run.rounds
+    due = t % run.eval_every == 0
+    if run.eval_every_seconds is not None:     # a virtual-time grid instead of a round count
+        # grid point k x eval_every_seconds, computed from k (a running sum would drift)
+        due = now >= world.next_eval_k * run.eval_every_seconds
+        while world.next_eval_k * run.eval_every_seconds <= now:
+            world.next_eval_k += 1
+    if done.diverged is None and (due or last):
+        done.row.update(world.evaluate(done.task))
+
+
+def keep_last_good(world, done: Aggregated) -> None:
+    """The model is finite: keep it as the last good one (what a later divergence leaves)."""
+    world.keep_last_good(done.task)
+
+
+def report_progress(world, done: Aggregated) -> None:
+    """The run's progress callback, if any, with the recorded row."""
+    if world.progress is not None:
+        world.progress(done.row)
+
+
+#: the callbacks a protocol runs after each aggregation (its `before_record` / `after_record`
+#: lists start as copies of these; a protocol or a user may add its own)
+BEFORE_RECORD = (check_divergence, evaluate_when_due)
+AFTER_RECORD = (keep_last_good, report_progress)
