@@ -9,10 +9,16 @@
   (`register_step_time`);
 - algorithms: `Algorithm`, the built-ins with their parameter models (to extend), the
   message and result types (`Broadcast`, `Upload`, `Arrival`, `Rows`, `Aggregation`),
-  `AlgoContext`, the local-training types (`LocalSpec`, `LocalRule`);
+  `AlgoContext`, the declared capabilities (`BackgroundTraining`, `VersionedModel`; cohort
+  eligibility is the class attribute `Algorithm.cohort_path`);
+- client-side training (docs/local-training.md): `LocalSpec`; the training kinds
+  `LocalRule` (functional, batched), `OptimizerRule` (any torch.optim), `TrainFunction`
+  (your own loop); the functional pieces `LossTerm`, `PerSampleTransform`, `GradTransform`
+  and the built-in `ProxTerm`, `ClipPerSample`, `ClipNorm`, `GaussianNoise`;
 - data and models: `FederatedData`, `DatasetContext`, `ModelContext` (what dataset and model
   factories get and return); partition factories get (params, labels, num_clients, rng, path);
-- device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `Link`,
+- device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `LinkModel`
+  (the base of links; `Link` the latency + bandwidth one),
   `Selection`, and `GroupContext` (what their factories get);
 - callbacks: `Callback`, `RunContext`;
 - running: `run`, `load`, `RunResult`, and the errors.
@@ -26,18 +32,22 @@ import numpy as np
 
 from devices.availability import NEVER, Availability
 from devices.compute import ComputeModel, FixedClock, StepClock, Work
-from devices.network import InstantLink, Link
+from devices.network import InstantLink, Link, LinkModel
 from devices.selection import Selection
 
-from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, Broadcast, Rows, Upload,
-                              sample_weights, size_weights, weighted_sum)
+from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, BackgroundTraining, Broadcast,
+                              Rows, Upload, VersionedModel, sample_weights, size_weights, weighted_sum)
 from .algorithms.fedasync import FedAsync, FedAsyncParams
 from .algorithms.fedavg import FedAvg, FedAvgParams
 from .algorithms.fedprox import FedProx, FedProxParams
 from .algorithms.scaffold import Scaffold, ScaffoldParams
 from .algorithms.state import ClientStates
 from .callbacks import Callback, RunContext
-from .compute.jobs import JobFuture, LocalRule, LocalSpec
+from .compute.jobs import JobFuture, LocalSpec
+from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianNoise, GradTransform, LossTerm,
+                             PerSampleTransform, ProxTerm, StepContext, clip_to)
+from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
+                               TrainFn, TrainFunction)
 from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
 from .fleet import GroupContext
 from .registry import Params, register
@@ -143,11 +153,15 @@ def register_step_time(name: str, fn: Callable[[int, int, np.random.Generator], 
 __all__ = [
     "register", "Params", "register_arrays", "register_torch_dataset", "register_module", "register_step_time",
     "Algorithm", "AlgoContext", "Broadcast", "Upload", "Arrival", "Rows", "Aggregation", "ClientStates",
-    "LocalSpec", "LocalRule", "JobFuture", "sample_weights", "size_weights", "weighted_sum",
+    "BackgroundTraining", "VersionedModel",
+    "LocalSpec", "JobFuture",
+    "ClientTraining", "GradientTraining", "LocalRule", "OptimizerRule", "TrainFunction", "TrainContext", "TrainFn",
+    "LossTerm", "PerSampleTransform", "GradTransform", "StepContext", "FunctionalModel",
+    "ProxTerm", "ClipPerSample", "ClipNorm", "GaussianNoise", "clip_to", "sample_weights", "size_weights", "weighted_sum",
     "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
     "FederatedData", "DatasetContext", "ModelContext",
     "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "NEVER", "Link",
-    "InstantLink", "Selection", "GroupContext",
+    "LinkModel", "InstantLink", "Selection", "GroupContext",
     "Callback", "RunContext", "run", "load", "RunResult",
     "ScenarioError", "FlemuError", "DivergedError", "InvariantError",
 ]
