@@ -14,10 +14,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from emulator.algorithms.fedavg import FedAvg, FedAvgParams
-from emulator.compute.pieces import ClipPerSample, GradTransform
-from emulator.compute.training import LocalRule
-from emulator.registry import register
+from emulator.api import ClipPerSample, FedAvg, FedAvgParams, GradTransform, LocalRule, register
 
 
 @dataclass(frozen=True)

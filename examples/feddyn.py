@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from emulator.algorithms.base import Aggregation, Algorithm, Upload
-from emulator.compute.jobs import LocalSpec
-from emulator.compute.pieces import LossTerm
-from emulator.compute.training import LocalRule
-from emulator.registry import Params, register
+from emulator.api import (Aggregation, Algorithm, LocalRule, LocalSpec, LossTerm, Params, Upload,
+                          register)
 
 GRAD = "feddyn_grad"          # per-client state: grad_k, the client's last local gradient estimate
 

@@ -6,9 +6,7 @@ from dataclasses import replace
 
 from pydantic import Field
 
-from emulator.algorithms.fedavg import FedAvg, FedAvgParams
-from emulator.compute.pieces import ClipNorm
-from emulator.registry import register
+from emulator.api import ClipNorm, FedAvg, FedAvgParams, register
 
 
 class ClipFedAvgParams(FedAvgParams):

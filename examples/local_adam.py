@@ -6,9 +6,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from emulator.algorithms.fedavg import FedAvg, FedAvgParams
-from emulator.compute.training import OptimizerRule
-from emulator.registry import register
+from emulator.api import FedAvg, FedAvgParams, OptimizerRule, register
 
 
 class LocalAdamParams(FedAvgParams):

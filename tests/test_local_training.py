@@ -43,7 +43,6 @@ def example(name):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    importlib.import_module("emulator.scenario").schema.cache_clear()   # until plugin loading rebuilds the schema itself
     return mod
 
 
