@@ -114,6 +114,18 @@ def test_markov_per_round_stationary_and_run_lengths():
         assert np.array_equal(model.online_mask(np.arange(20), r, 0.0), ref[r - 1])
 
 
+def test_markov_per_round_starts_stationary():
+    """The chain starts in its stationary law: round 1 (and every round after it) has each of
+    20,000 independent clients online with probability pi = p_off_on / (p_on_off + p_off_on),
+    within 4 standard errors; a chain started elsewhere (all online, or 1 - pi) is off by
+    more than 40 standard errors in round 1."""
+    for p_on_off, p_off_on in ((0.1, 0.3), (0.4, 0.1)):
+        pi = p_off_on / (p_on_off + p_off_on)                # 0.75, 0.2
+        m = masks(av.MarkovAvailability(p_on_off=p_on_off, p_off_on=p_off_on), 20_000, 3)
+        se = math.sqrt(pi * (1 - pi) / 20_000)
+        assert np.all(np.abs(m.mean(1) - pi) < 4 * se), (m.mean(1), pi)
+
+
 def test_uniform_selects_exactly_k():
     s = sel.UniformSelection(k=7)
     rng = np.random.default_rng(0)

@@ -86,20 +86,24 @@ def test_cancelled_flow_frees_its_share():
 
 def test_shared_server_link_in_a_run(run_in):
     """Two identical clients upload through a shared 1 Mbit/s server link: their uploads
-    overlap fully and each takes twice its solo time."""
+    overlap fully and each takes twice its solo time. Every transfer first waits the client's
+    own latency (0.02 s) plus the server link's (0.005 s)."""
     from test_timing import two_clients
     sc = two_clients(rounds=1)
     for g in sc["clients"]["groups"]:
         g["compute"] = {"model": "constant", "step_time": 0.1}
-        g["network"] = {"latency": 0.0, "up_mbps": 100, "down_mbps": 100}
-    sc["network"]["server_link"] = {"up_mbps": 1, "down_mbps": 1000}
+        g["network"] = {"latency": 0.02, "up_mbps": 100, "down_mbps": 100}
+    sc["network"]["server_link"] = {"up_mbps": 1, "down_mbps": 1000, "latency": 0.005}
     res = run_in(sc)
     # 2,700 B = 21,600 bit; down: own 100 Mbit/s shared 1000 -> 0.000216 s each (own link binds)
     # up: two flows on 1 Mbit/s -> 0.5 Mbit/s each: 0.0432 s
     import pandas as pd
     c = pd.read_csv(res.run_dir / "clients.csv")
-    assert np.allclose(c["comm_time"], 21600 / 100e6 + 21600 / 0.5e6, atol=1e-12)
-    assert res.metrics["round_time"].iloc[-1] == pytest.approx(21600 / 100e6 + 0.4 + 21600 / 0.5e6, abs=1e-12)
+    lat = 0.02 + 0.005
+    comm = 2 * lat + 21600 / 100e6 + 21600 / 0.5e6
+    assert comm == pytest.approx(0.093416, abs=1e-15)
+    assert np.allclose(c["comm_time"], comm, atol=1e-12)
+    assert res.metrics["round_time"].iloc[-1] == pytest.approx(comm + 0.4, abs=1e-12)
 
 
 # ============================================================================ topology end to end
