@@ -346,9 +346,47 @@ def test_fedbuff_buffer_through_the_async_protocol(run_in):
     c = copy.deepcopy(a)
     c["algorithm"]["buffer"] = 3
     ra, rc = run_in(a, "a"), run_in(c, "c")
-    # a real buffer changes the trajectory; 12 merges / 3 per update = 4 versions
+    ma, mc = (pd.read_csv(r.run_dir / "metrics.csv").set_index("round") for r in (ra, rc))
+    # a merges at 0.3, 0.6, 0.9 (three tied each time), b's three at 1.05. Unbuffered: version
+    # = merges so far; staleness = merges since the client's download (b downloaded version 0)
+    assert ma.loc[1:, "version"].tolist() == list(range(1, 13))
+    assert ma.loc[1:, "staleness"].tolist() == [0, 1, 2, 2, 2, 2, 2, 2, 2, 9, 10, 11]
+    # buffer 3: the model (and its version) moves only at every third merge, 12 / 3 = 4 versions
+    assert mc.loc[1:, "version"].tolist() == [r // 3 for r in range(1, 13)]
+    assert mc.loc[1:, "staleness"].tolist() == [0, 0, 0, 1, 1, 0, 1, 1, 0, 3, 3, 3]
+    loss = mc["test_loss"].to_numpy()
+    for r in range(12):                  # evaluated after every merge: constant inside a block
+        assert (loss[r + 1] == loss[r]) == ((r + 1) % 3 != 0), r
+    # the first applied buffer differs from FedAsync's three single merges
+    assert loss[3] != ma.loc[3, "test_loss"]
     assert not np.array_equal(np.load(ra.run_dir / "model.npy"), np.load(rc.run_dir / "model.npy"))
-    assert ra.metrics["version"].max() == 12 and rc.metrics["version"].max() == 4
+
+
+def test_async_staleness_of_a_real_run(run_in):
+    """Two clients with dyadic cycles: a every 1.0 s, b every 2.25 s (instant network).
+    Merges at 1, 2, 2.25 (b), 3, 4, 4.5 (b), 5, 6; staleness = merges since the client's
+    download: a's download at 2 saw version 2 and merges at 3 after b's: 1; b's first
+    job trained version 0 and lands after two merges: 2. metrics.csv's staleness and
+    clients.csv's weight alpha (k + 1)^-1/2 follow; and in general, staleness = merge
+    index - 1 - the merges at or before the job's start (merge time - compute - comm)."""
+    sc = tiny(**{"run.rounds": 8, "clients.count": 2})
+    sc["protocol"] = {"name": "async", "local_steps": 4}
+    sc["clients"]["groups"] = [
+        {"name": "a", "count": 1, "compute": {"model": "constant", "step_time": 0.25}, "network": "instant"},
+        {"name": "b", "count": 1, "compute": {"model": "constant", "step_time": 0.5625}, "network": "instant"}]
+    sc["algorithm"] = {"name": "fedasync", "lr": 0.1, "alpha": 0.6}
+    res = run_in(sc)
+    m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round").loc[1:]
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index("round")
+    assert m["virtual_time"].tolist() == [1.0, 2.0, 2.25, 3.0, 4.0, 4.5, 5.0, 6.0]
+    assert c["client"].tolist() == [0, 0, 1, 0, 0, 1, 0, 0]
+    k = [0, 0, 2, 1, 0, 2, 1, 0]
+    assert m["staleness"].tolist() == k
+    np.testing.assert_allclose(c["weight"], 0.6 * (np.array(k) + 1.0) ** -0.5, rtol=1e-15)
+    times = m["virtual_time"].to_numpy()
+    start = times - c.loc[m.index, "compute_time"].to_numpy() - c.loc[m.index, "comm_time"].to_numpy()
+    seen = np.array([(times[: i] <= s).sum() for i, s in enumerate(start)])
+    assert (m["staleness"].to_numpy() == np.arange(8) - seen).all()
 
 
 def test_t17_fedprox_step():
