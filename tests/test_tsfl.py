@@ -776,10 +776,15 @@ def test_async_eval_every_seconds_grid(run_in, every):
 
 
 def test_async_eval_every_seconds_no_drift(run_in):
+    """Grid points k x 0.7 (not a running sum of 0.7): by hand, the first merges at or after
+    0.7, 1.4, ..., 9.8 are at 0.75, 1.5, 2.25, 3.0, 3.5 (exactly on 5 x 0.7), 4.5, 5.0, 6.0,
+    6.5, 7.0 (exactly on 10 x 0.7), 8.0, 8.5, 9.5, 10.0 (also the last round)."""
     res = run_in(async_eval_scenario(0.7))
     m = res.metrics[res.metrics["round"] > 0]
     times = m["virtual_time"].to_numpy()
-    assert 7.0 in times and 10 * 0.7 == 7.0
+    ev = m[m["test_acc"].notna()]
+    assert ev["virtual_time"].tolist() == [0.75, 1.5, 2.25, 3.0, 3.5, 4.5, 5.0, 6.0, 6.5, 7.0, 8.0, 8.5, 9.5, 10.0]
+    assert ev["round"].tolist() == [2, 5, 8, 11, 13, 17, 19, 23, 26, 28, 32, 34, 38, 40]
     got = m["test_acc"].notna().to_numpy()
     exp = expected_evaluated(times, 0.7, len(m) - 1)
     assert (got == exp).all(), list(zip(m["round"][got != exp], times[got != exp]))
