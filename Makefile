@@ -67,3 +67,44 @@ bench: $(STAMP)
 	  $(PFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'pfl[pytorch]==0.6.0' torch==2.13.0 pydantic && \
 	  touch $(PFL_VENV)/.installed; } || echo "pfl-research could not be installed: its P1 row will be skipped"
 	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python $(BENCH_FLAGS)
+
+# mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
+# at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
+# each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on
+# 2 cores); `$(BIN)/mutmut results` / `$(BIN)/mutmut show ID` list and show the survivors.
+# string, f-string and decorator mutants are left out: they change docstrings and field
+# descriptions, which no test should pin
+MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator
+MUTATE ?= selection fedasync availability network invariants assignment fedsum fedumf vector
+MUT_selection    := devices/selection.py|tests/test_devices_availability.py tests/test_fedsum_delays.py
+MUT_availability := devices/availability.py|tests/test_devices_availability.py
+MUT_network      := devices/network.py|tests/test_devices_network.py
+MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
+MUT_invariants   := emulator/invariants.py|tests/test_invariants.py
+MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
+  tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
+  tests/test_tsfl.py::test_fedbuff_buffer_through_the_async_protocol tests/test_tsfl.py::test_async_staleness_of_a_real_run
+MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
+MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py
+MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
+.PHONY: mutate
+mutate: $(STAMP)
+	$(PIP) install $(PIPFLAGS) -e '.[test,mutate]'
+	@set -e; for m in $(MUTATE); do \
+	  case "$$m" in \
+	    selection) pair='$(MUT_selection)';; \
+	    availability) pair='$(MUT_availability)';; \
+	    network) pair='$(MUT_network)';; \
+	    assignment) pair='$(MUT_assignment)';; \
+	    invariants) pair='$(MUT_invariants)';; \
+	    fedasync) pair='$(MUT_fedasync)';; \
+	    fedsum) pair='$(MUT_fedsum)';; \
+	    fedumf) pair='$(MUT_fedumf)';; \
+	    vector) pair='$(MUT_vector)';; \
+	    *) echo "unknown MUTATE pair $$m"; exit 2;; \
+	  esac; \
+	  mod=$${pair%%|*}; tests=$${pair#*|}; \
+	  echo "== mutmut: $$mod <- $$tests"; \
+	  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
+	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || true; \
+	done; $(BIN)/mutmut results
