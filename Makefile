@@ -104,6 +104,6 @@ mutate: $(STAMP)
 	  esac; \
 	  mod=$${pair%%|*}; tests=$${pair#*|}; \
 	  echo "== mutmut: $$mod <- $$tests"; \
-	  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
+	  FLEMU_TEST_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
 	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || true; \
 	done; $(BIN)/mutmut results
