@@ -159,6 +159,20 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
     fig = P.times_vs_axis(study, x="seed", target=0.5, out=tmp_path / "tva.png")
     assert [(a.get_xlabel(), a.get_ylabel()) for a in fig.axes] == [
         ("seed", "virtual time of the run (s)"), ("seed", "virtual time to 0.5 accuracy (s)")]
+    # the bars are the values: per variant, the mean over seeds of the virtual time at which
+    # summary.json says the run reached 0.5 (or, reached by none, the longest run's time)
+    import json
+    reached, horizon = {}, 0.0
+    variant = study.summary.set_index("run")["variant"]
+    for rid, run in study.runs.items():
+        s = json.loads((run.dir / "summary.json").read_text())
+        horizon = max(horizon, s["virtual_time"])
+        if s.get("reached_target"):
+            reached.setdefault(variant[rid], []).append(s["reached_target"]["virtual_time"])
+    want = sorted(float(np.mean(reached[v])) if v in reached else horizon for v in set(variant))
+    bars = checks[2][0].axes[0].patches
+    assert len(bars) == 2
+    np.testing.assert_allclose(sorted(b.get_height() for b in bars), want, rtol=1e-12)
     for f in ("acc", "loss", "ttt", "steps", "lat", "raster", "tva"):
         assert (tmp_path / f"{f}.png").stat().st_size > 5000
     P.curves(study, out=tmp_path / "both")                    # no suffix: PNG and SVG
