@@ -134,6 +134,10 @@ def test_uniform_selects_exactly_k():
         assert len(chosen) == 7 and len(set(chosen)) == 7
     assert s.select(1, [3, 4], 50, rng) == [3, 4]          # fewer available than k: all of them
     assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(50)), 50, rng)) == 5
+    # a fraction of a small fleet selects at least one client: ceil(0.1 x 5) = 1, not 0
+    assert sel.UniformSelection(fraction=0.1).count(5) == 1 and sel.UniformSelection(fraction=0.01).count(5) == 1
+    assert sel.UniformSelection(fraction=0.07).count(100) == 7         # 0.07 x 100 = 7.000000000000001
+    assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(5)), 5, rng)) == 1
 
 
 @pytest.mark.parametrize("cls", [sel.CyclicSelection, sel.ReshuffledCyclicSelection])

@@ -270,6 +270,12 @@ def test_t14_fedasync_staleness_and_mixing():
     assert staleness_weight(4, "hinge", 10, 4) == 1
     assert staleness_weight(5, "hinge", 10, 4) == pytest.approx(1 / 11)
     assert staleness_weight(6, "hinge", 10, 4) == pytest.approx(1 / 21)
+    # the function's defaults are the scenario's (Xie et al.: a = 0.5, hinge threshold b = 4)
+    from emulator.algorithms.fedasync import StalenessParams
+    d = StalenessParams()
+    assert (d.a, d.b) == (0.5, 4.0)
+    assert staleness_weight(3, "polynomial") == staleness_weight(3, "polynomial", d.a, d.b) == 0.5
+    assert staleness_weight(5, "hinge") == staleness_weight(5, "hinge", d.a, d.b) == 1 / 1.5
 
     def alg(offset=0, **kw):
         p = scenario.member("algorithm", "fedasync", lr=0.1, alpha=0.6, staleness_offset=offset, **kw)
