@@ -76,7 +76,10 @@ bench: $(STAMP)
 # descriptions, which no test should pin
 MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator
 MUTATE ?= selection fedasync availability network invariants assignment fedsum fedumf vector
-MUT_selection    := devices/selection.py|tests/test_devices_availability.py
+MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
+  tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
+  tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
+  tests/test_devices_availability.py::test_biased_staircase_frequencies
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py
 MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
