@@ -73,8 +73,9 @@ bench: $(STAMP)
 # each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on
 # 2 cores); `$(BIN)/mutmut results` / `$(BIN)/mutmut show ID` list and show the survivors.
 # string, f-string and decorator mutants are left out: they change docstrings and field
-# descriptions, which no test should pin
-MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator
+# descriptions, which no test should pin; -m 10: on a loaded machine a mutant's tests may run
+# several times slower than the baseline without looping
+MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator -m 10
 MUTATE ?= selection fedasync availability network invariants assignment fedsum fedumf vector
 MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
