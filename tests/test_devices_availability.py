@@ -138,6 +138,10 @@ def test_uniform_selects_exactly_k():
     assert sel.UniformSelection(fraction=0.1).count(5) == 1 and sel.UniformSelection(fraction=0.01).count(5) == 1
     assert sel.UniformSelection(fraction=0.07).count(100) == 7         # 0.07 x 100 = 7.000000000000001
     assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(5)), 5, rng)) == 1
+    # exactly k available: all of them, and nothing is drawn (the stream stays where it was)
+    state = rng.bit_generator.state
+    assert sel.UniformSelection(k=3).select(1, [9, 2, 5], 50, rng) == [2, 5, 9]
+    assert rng.bit_generator.state == state
 
 
 @pytest.mark.parametrize("cls", [sel.CyclicSelection, sel.ReshuffledCyclicSelection])
