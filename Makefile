@@ -72,6 +72,7 @@ bench: $(STAMP)
 # at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
 # each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on
 # 2 cores); `$(BIN)/mutmut results` / `$(BIN)/mutmut show ID` list and show the survivors.
+# Mutants are written into the source tree: do not edit, stash or check out during a run.
 # string, f-string and decorator mutants are left out: they change docstrings and field
 # descriptions, which no test should pin; -m 10: on a loaded machine a mutant's tests may run
 # several times slower than the baseline without looping
