@@ -156,6 +156,18 @@ def test_cyclic_every_client_once_per_epoch(cls):
         assert sorted(seen) == list(range(N))
 
 
+def test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order():
+    """Epoch e uses the e-th permutation drawn from the stream, cut into blocks of S = 2
+    (N = 6, M = 3; the rounds of an epoch draw nothing more)."""
+    s = sel.ReshuffledCyclicSelection(k=2)
+    rng, ref = np.random.default_rng(5), np.random.default_rng(5)
+    for epoch in range(3):
+        perm = ref.permutation(6)
+        for b in range(3):
+            assert s.select(3 * epoch + b + 1, list(range(6)), 6, rng) == sorted(perm[2 * b:2 * b + 2].tolist())
+    assert rng.bit_generator.state == ref.bit_generator.state
+
+
 def test_cyclic_wraps_and_skips_unavailable():
     s = sel.CyclicSelection(k=3)
     rng = np.random.default_rng(0)
