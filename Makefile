@@ -81,6 +81,7 @@ MUTATE ?= selection fedasync availability network invariants assignment fedsum f
 MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
+  tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \
   tests/test_devices_availability.py::test_biased_staircase_frequencies
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py
