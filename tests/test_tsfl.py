@@ -295,6 +295,28 @@ def test_t14_fedasync_staleness_and_mixing():
         assert tuple(ws) == expect
 
 
+def test_fedasync_defaults_bounds_and_protocol():
+    """FedAsync's documented defaults (Xie et al.: alpha 0.6, rho 0.005, polynomial s with
+    a = 0.5; hinge b = 4), the edges its options accept and refuse, and `async` only."""
+    from pydantic import ValidationError
+
+    from emulator.errors import ScenarioError
+    p = scenario.member("algorithm", "fedasync", lr=0.1)
+    assert (p.alpha, p.prox_rho, p.buffer, p.buffer_mode, p.server_lr, p.staleness_offset) == (0.6, 0.005, 1, "model", 1.0, 0)
+    assert (p.staleness.function, p.staleness.a, p.staleness.b) == ("polynomial", 0.5, 4.0)
+    edge = scenario.member("algorithm", "fedasync", lr=0.1, alpha=1.0, prox_rho=0.0, buffer=1,
+                           staleness={"a": 0.5, "b": 0.0})
+    assert (edge.alpha, edge.prox_rho, edge.staleness.a, edge.staleness.b) == (1.0, 0.0, 0.5, 0.0)
+    for bad in ({"alpha": 1.5}, {"alpha": 0.0}, {"buffer": 0}, {"server_lr": 0.0}, {"staleness": {"a": 0.0}},
+                {"staleness": {"b": -1.0}}, {"prox_rho": -0.1}):
+        with pytest.raises(ValidationError):
+            scenario.member("algorithm", "fedasync", lr=0.1, **bad)
+    with pytest.raises(ValidationError, match="lr"):
+        scenario.member("algorithm", "fedasync")
+    with pytest.raises(ScenarioError, match="fedasync' does not run under protocol.name 'rounds'; it supports: async"):
+        scenario.load(tiny(**{"algorithm": {"name": "fedasync", "lr": 0.1}}))
+
+
 def test_fedbuff_buffer_closed_forms():
     """FedAsync (buffer 1) and the FedBuff-style buffer on hand-made arrivals, against the
     module docstring's formulas worked by hand."""
