@@ -76,3 +76,50 @@ bench: $(STAMP)
 	  $(PFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'pfl[pytorch]==0.6.0' torch==2.13.0 pydantic && \
 	  touch $(PFL_VENV)/.installed; } || echo "pfl-research could not be installed: its P1 row will be skipped"
 	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python $(BENCH_FLAGS)
+
+# mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
+# at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
+# each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on
+# 2 cores); `$(BIN)/mutmut results` / `$(BIN)/mutmut show ID` list and show the survivors.
+# Mutants are written into the source tree: do not edit, stash or check out during a run.
+# string, f-string and decorator mutants are left out: they change docstrings and field
+# descriptions, which no test should pin; -m 10: on a loaded machine a mutant's tests may run
+# several times slower than the baseline without looping
+MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator -m 10
+MUTATE ?= selection fedasync availability network invariants assignment fedsum fedumf vector
+MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
+  tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
+  tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
+  tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \
+  tests/test_devices_availability.py::test_biased_staircase_frequencies
+MUT_availability := devices/availability.py|tests/test_devices_availability.py
+MUT_network      := devices/network.py|tests/test_devices_network.py
+MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
+MUT_invariants   := emulator/invariants.py|tests/test_invariants.py
+MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
+  tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
+  tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol
+MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
+MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py
+MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
+.PHONY: mutate
+mutate: $(STAMP)
+	$(PIP) install $(PIPFLAGS) -e '.[test,mutate]'
+	@set -e; for m in $(MUTATE); do \
+	  case "$$m" in \
+	    selection) pair='$(MUT_selection)';; \
+	    availability) pair='$(MUT_availability)';; \
+	    network) pair='$(MUT_network)';; \
+	    assignment) pair='$(MUT_assignment)';; \
+	    invariants) pair='$(MUT_invariants)';; \
+	    fedasync) pair='$(MUT_fedasync)';; \
+	    fedsum) pair='$(MUT_fedsum)';; \
+	    fedumf) pair='$(MUT_fedumf)';; \
+	    vector) pair='$(MUT_vector)';; \
+	    *) echo "unknown MUTATE pair $$m"; exit 2;; \
+	  esac; \
+	  mod=$${pair%%|*}; tests=$${pair#*|}; \
+	  echo "== mutmut: $$mod <- $$tests"; \
+	  FLEMU_TEST_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
+	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || true; \
+	done; $(BIN)/mutmut results

@@ -231,10 +231,10 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
             world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
         for task in world.tasks:
             suffix = "" if len(world.tasks) == 1 else f"_{task.index}"
-            params, buffers = world.last_good[task.index]
-            np.save(tmp / f"model{suffix}.npy", params.detach().cpu().float().numpy())
+            params, buffers = world.last_good[task.index]     # saved in the run's dtype (float32/64)
+            np.save(tmp / f"model{suffix}.npy", params.detach().cpu().numpy())
             if buffers is not None:     # BatchNorm running statistics (compute/flat.py order)
-                np.save(tmp / f"buffers{suffix}.npy", buffers.detach().cpu().float().numpy())
+                np.save(tmp / f"buffers{suffix}.npy", buffers.detach().cpu().numpy())
         for f in (sorted(Path(extra).iterdir()) if extra is not None else ()):
             f.rename(tmp / f.name)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default, allow_nan=True))

@@ -50,6 +50,9 @@ def cross_check(sc) -> list:
     k = getattr(sel, "k", None)
     if k is not None and k > n:
         problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
+    mk = getattr(sc.protocol, "k", None)                       # multi_model's clients per round
+    if mk is not None and mk > n:
+        problems.append(("protocol.k", f"{mk} clients per round, but clients.count is {n}"))
     sets = getattr(sel, "sets", None)
     if sets is not None and any(c >= n for s in sets for c in s):
         problems.append(("protocol.select.sets", f"client ids must be below clients.count = {n}"))

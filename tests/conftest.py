@@ -11,7 +11,8 @@ import copy
 import os
 
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-THREADS = max(1, (os.cpu_count() or 1) // _workers)
+# FLEMU_TEST_THREADS forces a count (make mutate: one thread, as under `make test`)
+THREADS = int(os.environ.get("FLEMU_TEST_THREADS") or max(1, (os.cpu_count() or 1) // _workers))
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
 

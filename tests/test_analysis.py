@@ -162,6 +162,20 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
     steps = P.local_steps(study, out=tmp_path / "steps.png")
     assert [t.get_text() for ax in steps.axes for t in ax.texts] == [
         "every client ran 5 local steps in every round it was selected"]
+    # the bars are the values: per variant, the mean over seeds of the virtual time at which
+    # summary.json says the run reached 0.5 (or, reached by none, the longest run's time)
+    import json
+    reached, horizon = {}, 0.0
+    variant = study.summary.set_index("run")["variant"]
+    for rid, run in study.runs.items():
+        s = json.loads((run.dir / "summary.json").read_text())
+        horizon = max(horizon, s["virtual_time"])
+        if s.get("reached_target"):
+            reached.setdefault(variant[rid], []).append(s["reached_target"]["virtual_time"])
+    want = sorted(float(np.mean(reached[v])) if v in reached else horizon for v in set(variant))
+    bars = checks[2][0].axes[0].patches
+    assert len(bars) == 2
+    np.testing.assert_allclose(sorted(b.get_height() for b in bars), want, rtol=1e-12)
     for f in ("acc", "loss", "ttt", "steps", "lat", "raster", "tva"):
         assert (tmp_path / f"{f}.png").stat().st_size > 5000
     P.curves(study, out=tmp_path / "both")                    # no suffix: PNG and SVG

@@ -114,6 +114,18 @@ def test_markov_per_round_stationary_and_run_lengths():
         assert np.array_equal(model.online_mask(np.arange(20), r, 0.0), ref[r - 1])
 
 
+def test_markov_per_round_starts_stationary():
+    """The chain starts in its stationary law: round 1 (and every round after it) has each of
+    20,000 independent clients online with probability pi = p_off_on / (p_on_off + p_off_on),
+    within 4 standard errors; a chain started elsewhere (all online, or 1 - pi) is off by
+    more than 40 standard errors in round 1."""
+    for p_on_off, p_off_on in ((0.1, 0.3), (0.4, 0.1)):
+        pi = p_off_on / (p_on_off + p_off_on)                # 0.75, 0.2
+        m = masks(av.MarkovAvailability(p_on_off=p_on_off, p_off_on=p_off_on), 20_000, 3)
+        se = math.sqrt(pi * (1 - pi) / 20_000)
+        assert np.all(np.abs(m.mean(1) - pi) < 4 * se), (m.mean(1), pi)
+
+
 def test_uniform_selects_exactly_k():
     s = sel.UniformSelection(k=7)
     rng = np.random.default_rng(0)
@@ -122,6 +134,14 @@ def test_uniform_selects_exactly_k():
         assert len(chosen) == 7 and len(set(chosen)) == 7
     assert s.select(1, [3, 4], 50, rng) == [3, 4]          # fewer available than k: all of them
     assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(50)), 50, rng)) == 5
+    # a fraction of a small fleet selects at least one client: ceil(0.1 x 5) = 1, not 0
+    assert sel.UniformSelection(fraction=0.1).count(5) == 1 and sel.UniformSelection(fraction=0.01).count(5) == 1
+    assert sel.UniformSelection(fraction=0.07).count(100) == 7         # 0.07 x 100 = 7.000000000000001
+    assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(5)), 5, rng)) == 1
+    # exactly k available: all of them, and nothing is drawn (the stream stays where it was)
+    state = rng.bit_generator.state
+    assert sel.UniformSelection(k=3).select(1, [9, 2, 5], 50, rng) == [2, 5, 9]
+    assert rng.bit_generator.state == state
 
 
 @pytest.mark.parametrize("cls", [sel.CyclicSelection, sel.ReshuffledCyclicSelection])
@@ -134,6 +154,18 @@ def test_cyclic_every_client_once_per_epoch(cls):
         for b in range(M):
             seen += s.select(epoch * M + b + 1, list(range(N)), N, rng)
         assert sorted(seen) == list(range(N))
+
+
+def test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order():
+    """Epoch e uses the e-th permutation drawn from the stream, cut into blocks of S = 2
+    (N = 6, M = 3; the rounds of an epoch draw nothing more)."""
+    s = sel.ReshuffledCyclicSelection(k=2)
+    rng, ref = np.random.default_rng(5), np.random.default_rng(5)
+    for epoch in range(3):
+        perm = ref.permutation(6)
+        for b in range(3):
+            assert s.select(3 * epoch + b + 1, list(range(6)), 6, rng) == sorted(perm[2 * b:2 * b + 2].tolist())
+    assert rng.bit_generator.state == ref.bit_generator.state
 
 
 def test_cyclic_wraps_and_skips_unavailable():

@@ -86,20 +86,24 @@ def test_cancelled_flow_frees_its_share():
 
 def test_shared_server_link_in_a_run(run_in):
     """Two identical clients upload through a shared 1 Mbit/s server link: their uploads
-    overlap fully and each takes twice its solo time."""
+    overlap fully and each takes twice its solo time. Every transfer first waits the client's
+    own latency (0.02 s) plus the server link's (0.005 s)."""
     from test_timing import two_clients
     sc = two_clients(rounds=1)
     for g in sc["clients"]["groups"]:
         g["compute"] = {"model": "constant", "step_time": 0.1}
-        g["network"] = {"latency": 0.0, "up_mbps": 100, "down_mbps": 100}
-    sc["network"]["server_link"] = {"up_mbps": 1, "down_mbps": 1000}
+        g["network"] = {"latency": 0.02, "up_mbps": 100, "down_mbps": 100}
+    sc["network"]["server_link"] = {"up_mbps": 1, "down_mbps": 1000, "latency": 0.005}
     res = run_in(sc)
     # 2,700 B = 21,600 bit; down: own 100 Mbit/s shared 1000 -> 0.000216 s each (own link binds)
     # up: two flows on 1 Mbit/s -> 0.5 Mbit/s each: 0.0432 s
     import pandas as pd
     c = pd.read_csv(res.run_dir / "clients.csv")
-    assert np.allclose(c["comm_time"], 21600 / 100e6 + 21600 / 0.5e6, atol=1e-12)
-    assert res.metrics["round_time"].iloc[-1] == pytest.approx(21600 / 100e6 + 0.4 + 21600 / 0.5e6, abs=1e-12)
+    lat = 0.02 + 0.005
+    comm = 2 * lat + 21600 / 100e6 + 21600 / 0.5e6
+    assert comm == pytest.approx(0.093416, abs=1e-15)
+    assert np.allclose(c["comm_time"], comm, atol=1e-12)
+    assert res.metrics["round_time"].iloc[-1] == pytest.approx(comm + 0.4, abs=1e-12)
 
 
 # ============================================================================ topology end to end
@@ -136,11 +140,11 @@ def test_topology_run_two_flows_share_the_bottleneck(run_in):
     import pandas as pd
     res = run_in(_topology_pair())
     one_way = 0.01 + MSG_BITS / 0.5e6
-    assert one_way == pytest.approx(0.0532, abs=1e-15)
     c = pd.read_csv(res.run_dir / "clients.csv")
     assert len(c) == 2 and c["selected"].all() and not c["dropped"].any()
     assert np.allclose(c["compute_time"], 0.4, atol=1e-12)
-    assert np.allclose(c["comm_time"], 2 * one_way, atol=1e-12)          # 0.1064
+    assert np.allclose(c["comm_time"], 2 * one_way, atol=1e-12)
+    assert np.allclose(c["comm_time"], 0.1064, atol=1e-12)               # 2 x (0.01 + 0.0432)
     assert (c["bytes_up"] == 2700).all() and (c["bytes_down"] == 2700).all()
     m = res.metrics[res.metrics["round"] >= 1]
     assert len(m) == 1
@@ -168,7 +172,8 @@ def test_topology_run_upload_joins_half_way(run_in):
     assert c.loc[1, "comm_time"] == pytest.approx(down + b_up, abs=1e-12)
     assert c.loc[0, "comm_time"] == pytest.approx(0.0864, abs=1e-12)
     assert res.metrics["round_time"].iloc[-1] == pytest.approx(b_end, abs=1e-12)
-    assert b_end == pytest.approx(0.5064, abs=1e-12)
+    assert res.metrics["round_time"].iloc[-1] == pytest.approx(0.5064, abs=1e-12)
+    assert c.loc[1, "comm_time"] == pytest.approx(0.0864, abs=1e-12)   # both uploads 0.0332
 
 
 # ============================================================================ compression

@@ -46,10 +46,15 @@ def test_quickstart_cli(tmp_path):
 
 
 def test_validate_and_list():
+    """The installed command once (validate); `list` through the same app in process (each
+    `flemu` start imports torch: seconds per call)."""
+    from typer.testing import CliRunner
+
+    from emulator.cli import app
     r = flemu("validate", "scenarios/quickstart.yaml")
     assert r.returncode == 0 and "valid" in r.stdout
-    r = flemu("list", "algorithms")
-    assert r.returncode == 0 and "fedavg" in r.stdout and "fedprox" in r.stdout
-    r = flemu("list", "nonsense")
-    assert r.returncode == 2
+    r = CliRunner().invoke(app, ["list", "algorithms"])
+    assert r.exit_code == 0 and "fedavg" in r.output and "fedprox" in r.output
+    r = CliRunner().invoke(app, ["list", "nonsense"])
+    assert r.exit_code == 2
 

@@ -107,6 +107,23 @@ def test_engines_agree_under_per_round_availability_and_multicast(avail, tmp_pat
     pd.testing.assert_frame_equal(out["process"][0], out["vector"][0], check_exact=True)
 
 
+def test_deadline_round_closes_at_its_last_upload_when_nobody_is_late(run_in, tmp_path):
+    """A 50 s deadline nobody comes near: in both engines every round lasts until its last
+    upload (max over participants of comm + compute time, read from clients.csv), not the
+    deadline, and the run directories agree."""
+    sc = scenario_for("constant", "link", "deadline", {"model": "always"}, tmp_path)
+    sc["protocol"]["wait"] = {"mode": "deadline", "seconds": 50.0}
+    for engine in ("process", "vector"):
+        res = run_in(dict(sc, protocol=dict(sc["protocol"], engine=engine)), engine)
+        c = pd.read_csv(res.run_dir / "clients.csv")
+        m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round").loc[1:]
+        assert res.summary["rounds"] == 4 and not c["dropped"].any() and c["selected"].sum() == 20
+        busy = (c["comm_time"] + c["compute_time"]).groupby(c["round"]).max()
+        np.testing.assert_allclose(m["round_time"], busy.loc[m.index], rtol=0, atol=1e-12)
+        assert (m["round_time"] < 2.0).all()
+        np.testing.assert_allclose(m["virtual_time"], np.cumsum(busy.loc[m.index]), rtol=0, atol=1e-12)
+
+
 def test_auto_picks_the_engine_and_vector_refuses_what_it_cannot_do():
     sc = tiny()
     assert World(scenario.load(sc)).protocol.engine == "vector"

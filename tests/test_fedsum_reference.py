@@ -5,6 +5,7 @@ iterate (T7, constant and decaying lr), the spec's reductions and invariants (T8
 exact convergence of the family where the baselines stall (T9).
 Spec rounds are 0-based; the emulator's iterate after its round t is the spec's x^t."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -159,3 +160,47 @@ def test_a7_no_step_on_empty_is_the_sequence_without_the_empty_round(tmp_path, m
     np.testing.assert_allclose(xs[:3], short[:3], rtol=0, atol=TOL)
     assert np.array_equal(xs[3], xs[2])                                      # no step in the empty round
     np.testing.assert_allclose(xs[4:], short[3:], rtol=0, atol=TOL)
+
+
+# --------------------------------------------------------------------------- state commits at merge
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_late_uploads_keep_the_clients_state(tmp_path, run_in, method):
+    """A deadline of 4.2 s, K = 3 steps of 1 s: clients 0 and 1 (instant links) always merge;
+    client 2's link has 0.3 s latency + exponential jitter each way, so some of its uploads
+    miss the deadline after it computed. Its y_i (and r_i, x_hat_i for FedSUM-CR) must change
+    only when its upload is merged: after every round y = mean_i y_i, a late client keeps its
+    state, and every iterate equals the reference replayed on the merged clients read from
+    clients.csv (model.npy, float64, too)."""
+    sc = quad_scenario(algo_block(method, 0.1), FULL, tmp_path, rounds=16)
+    sc["clients"]["groups"][2]["network"] = {"latency": 0.3, "up_mbps": 100, "down_mbps": 100, "jitter": 0.3}
+    sc["protocol"]["wait"] = {"mode": "deadline", "seconds": 4.2}
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    merged = [sorted(g.loc[g["weight"] > 0, "client"]) for _, g in c.groupby("round")]
+    late = c[(c["client"] == 2) & c["dropped"]]
+    assert len(merged) == 16 and all({0, 1} <= set(m) for m in merged)
+    assert (late["drop_reason"] == "late").all() and (late["steps"] == 3).any()   # computed, upload late
+    first = min(t for t, m in enumerate(merged) if 2 in m)
+    assert (late["round"] > first + 1).any() and sum(2 in m for m in merged) >= 3  # late after merging
+    want = reference(method, merged, 0.1, 3)
+    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), want[-1], rtol=0, atol=TOL)
+    states, xs_by_round = [], {}
+
+    def check(algo, row):
+        t = int(row["round"])
+        xs_by_round[t] = algo.x.clone()
+        y_i = algo.states.table("fedsum_y").clone()
+        assert float((algo.y - y_i.mean(0)).norm()) <= 1e-12          # y = mean of y_i
+        if method == "fedsum_cr":
+            r = algo.states.scalars("fedsum_r", np.int64, 0).copy()
+            xhat = algo.states.table("fedsum_xhat", algo.ctx.x0).clone()
+            for i in range(3):
+                assert torch.equal(xhat[i], xs_by_round[int(r[i])])
+            states.append((y_i, r, xhat))
+        else:
+            states.append((y_i,))
+    xs, _ = run_world(sc, each=check)
+    np.testing.assert_allclose(xs, want, rtol=0, atol=TOL)
+    for t in late["round"]:                     # a late round leaves client 2's state as it was
+        for before, after in zip(states[t - 1], states[t]):
+            assert np.array_equal(np.asarray(before[2]), np.asarray(after[2]))

@@ -402,3 +402,23 @@ def test_cifar_resnet18_scenario_runs_on_a_users_npz(tmp_path, run_in):
     assert s["status"] == "complete" and s["rounds"] == 2 and s["params"] == 11_173_962
     assert s["fedumf"]["updates_kept"] >= 1 and (res.run_dir / "buffers.npy").exists()
     assert res.metrics["test_acc"].notna().all()
+
+
+@pytest.mark.parametrize("age, fused", [(1, False), (2, True)])
+def test_max_fusion_age_bounds_the_age_of_a_fused_update(tmp_path, run_in, age, fused):
+    """Client 1 is unselected in round 1 (it trains in the background and keeps g_1),
+    offline in round 2 (no g_2), selected in round 3: its kept g is two rounds old. The
+    default `max_fusion_age: 1` must not fuse it (clients.csv: fused 0, reason offline);
+    `max_fusion_age: 2` fuses it (and only client 1 fuses, once)."""
+    sc = quad([[1.0, 2.0], [2.0, 1.0], [1.0, 1.0]], [[1.0, 0.0], [0.0, 1.0], [2.0, 3.0]], K=2, lr=0.1,
+              rounds=3, select={"model": "sequence", "sets": [[0, 2], [0, 2], [1, 2]]}, max_fusion_age=age)
+    trace = tmp_path / "avail.csv"
+    trace.write_text("round,client,available\n" + "".join(
+        f"{r},{c},{0 if (r, c) == (2, 1) else 1}\n" for r in range(1, 4) for c in range(3)))
+    sc["clients"]["groups"][0]["availability"] = {"model": "round_trace", "path": str(trace), "repeat": False}
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index(["round", "client"])
+    assert not c.loc[(2, 1), "available"] and c.loc[(1, 1), "compute_time"] > 0
+    assert c.loc[(3, 1), "selected"] and c.loc[(3, 1), "fused"] == int(fused)
+    assert c.loc[(3, 1), "fuse_skipped"] == ("none" if fused else "offline")
+    assert c.loc[c["selected"], "fused"].sum() == int(fused)

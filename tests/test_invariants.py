@@ -18,11 +18,28 @@ def _world(sc=None):
     return w, m, w.recorder.clients_frame()
 
 
-def test_a_clean_run_passes_every_check():
+ALL_CHECKS = ["time_monotone", "aggregations", "weights", "steps_fit", "bytes", "round_time", "comm_latency",
+              "delay", "grad_steps"]
+
+
+def test_a_clean_run_passes_every_check(tmp_path):
+    """A clean run: every check runs and passes, and summary.json lists exactly those."""
+    import json
     w, m, c = _world()
     ran = invariants.check(w, m, c)
-    assert {"time_monotone", "aggregations", "weights", "steps_fit", "bytes", "comm_latency", "delay",
-            "grad_steps"} <= set(ran)
+    assert sorted(ran) == sorted(ALL_CHECKS) and len(ran) == len(set(ran))
+    res = runner.run(tiny(), out=tmp_path / "run")
+    assert json.loads((res.run_dir / "summary.json").read_text())["invariants_checked"] == ran
+
+
+def _weighted(log):
+    """Index of the first client the round's aggregation weighted."""
+    return int(np.flatnonzero(log.weight > 0)[0])
+
+
+def _plus_one(message):
+    numel, nb, direction = message
+    return numel, nb + 1, direction
 
 
 @pytest.mark.parametrize("corrupt, message", [
@@ -34,12 +51,49 @@ def test_a_clean_run_passes_every_check():
     (lambda w, m: w.recorder.rounds.append(w.recorder.rounds[1]), "recorded as two aggregations"),
     (lambda w, m: setattr(w.recorder.rounds[2], "aggregation", False), "without their clients"),
     (lambda w, m: m.__setitem__("tau", m["tau"] + 1), "differs from the delay clients.csv gives"),
+    (lambda w, m: w.recorder.rounds[1].dropped.__setitem__(_weighted(w.recorder.rounds[1]), True),
+     "round 2: a dropped client has a non-zero weight"),
+    (lambda w, m: setattr(w.recorder.rounds[2], "aggregation", False), "round 3: work no aggregation used has a weight"),
+    (lambda w, m: w.recorder.rounds[0].messages.__setitem__(0, _plus_one(w.recorder.rounds[0].messages[0])),
+     r"round 1: a message of 650 parameters counted as 2601 bytes"),
+    (lambda w, m: w.recorder.rounds[1].bytes_up.__setitem__(_weighted(w.recorder.rounds[1]), 1),
+     "round 2: bytes recorded per client do not add up to the messages sent"),
+    (lambda w, m: w.recorder.rounds[0].compute_time.__setitem__(0, np.inf),
+     "round 1: negative or non-finite compute_time"),
+    (lambda w, m: w.recorder.rounds[0].compute_time.__setitem__(0, np.nan),
+     "round 1: negative or non-finite compute_time"),
 ])
 def test_each_corruption_is_caught(corrupt, message):
     w, m, c = _world()
     corrupt(w, m)
     with pytest.raises(InvariantError, match=message):
         invariants.check(w, m, c)
+
+
+def _async_world():
+    sc = tiny(**{"run.rounds": 6, "algorithm": {"name": "fedasync", "lr": 0.1}})
+    sc["protocol"] = {"name": "async", "local_steps": 2}
+    return _world(sc)
+
+
+def test_a_job_neither_merged_nor_lost_is_caught():
+    """Async records one row per job: each is merged (an aggregation) or lost (dropped)."""
+    w, m, c = _async_world()
+    invariants.check(w, m, c)
+    log = w.recorder.rounds[3]
+    assert log.aggregation and not log.dropped.any()
+    log.aggregation = False
+    with pytest.raises(InvariantError, match=f"round {log.round}: a job neither merged nor lost"):
+        invariants.check(w, m, c)
+
+
+def test_a_job_recorded_twice_in_clients_csv_is_caught():
+    import pandas as pd
+    w, m, c = _async_world()
+    assert c["job"].min() >= 1 and not c.duplicated(["client", "job"]).any()
+    twice = pd.concat([c, c.iloc[[2]]], ignore_index=True)
+    with pytest.raises(InvariantError, match="a client job is recorded twice"):
+        invariants.check(w, m, twice)
 
 
 def test_violations_are_listed_together_and_no_run_dir_is_written(tmp_path, monkeypatch):

@@ -211,6 +211,20 @@ def test_T5_gain_in_a_run_against_a_sequential_run():
 
 
 # --------------------------------------------------------------------------- T7, two models
+@pytest.mark.parametrize("resample", ["frame", "round"])
+def test_mfa_rr_with_one_model_and_partial_participation_draws_every_round(run_in, resample):
+    """M = 1: every round is a frame start ((t - 1) mod 1 = 0), so K = 6 of the 24 clients are
+    drawn afresh each round (the paper's literal `t mod M = 1` never holds for M = 1 and would
+    keep round 1's clients for good): 8 rounds, 8 different sets of 6 in clients.csv."""
+    sc = mm_scenario(1, "mfa_rr", 8)
+    sc["protocol"].update(k=6, rr_resample=resample)
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    sets = [frozenset(g.loc[g["selected"] & (g["model"] == 0), "client"]) for _, g in c.groupby("round")]
+    assert len(sets) == 8 and all(len(s) == 6 for s in sets)
+    assert len(set(sets)) == 8
+
+
 @pytest.mark.parametrize("assignment", ["mfa_rand", "mfa_rr"])
 def test_T7_one_model_is_fedavg_bit_identical(assignment):
     sc = mm_scenario(1, assignment, 15)

@@ -99,7 +99,7 @@ def test_mostly_offline_fleet_does_not_spin(run_in):
     import simpy
 
     from conftest import tiny
-    sc = tiny(**{"run.rounds": 30, "clients.count": 10_000, "output.clients_csv": "participants",
+    sc = tiny(**{"run.rounds": 10, "clients.count": 10_000, "output.clients_csv": "participants",
                  "protocol.select": {"model": "uniform", "k": 5}, "workload.partition": {"name": "iid"}})
     sc["clients"]["groups"][0].update(availability={"model": "markov_time", "mean_on": 50.0, "mean_off": 4950.0},
                                       compute={"model": "constant", "step_time": 0.2}, network="instant")
@@ -116,6 +116,6 @@ def test_mostly_offline_fleet_does_not_spin(run_in):
         res = run_in(sc)
     finally:
         simpy.Environment.schedule = orig
-    R, k = 30, 5
+    R, k = 10, 5
     assert res.summary["rounds"] == R
     assert counter["n"] <= R * (12 * k + 4) + R

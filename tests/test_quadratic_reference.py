@@ -44,7 +44,7 @@ def test_fedavg_options_match_numpy_reference(run_in, extra):
     parts = [sorted(g.loc[g.selected, "client"]) for _, g in clients.groupby("round")]
     A, b, _, _, F = quadratic_problem(n, 4, 0.01)
     ws = reference(A, b, 0.01, rounds, steps, lr, parts, **extra)
-    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), ws[-1], rtol=1e-6, atol=1e-7)  # float32 file
+    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), ws[-1], rtol=1e-10, atol=1e-12)
     f_emu = res.metrics.loc[res.metrics["round"] >= 1, "test_loss"].to_numpy()     # float64 run
     np.testing.assert_allclose(f_emu, [F(w) for w in ws], rtol=1e-9)
 
@@ -63,8 +63,9 @@ def test_matches_numpy_reference(run_in, algo, extra, k):
         assert all(len(p) == k for p in parts)
     A, b, _, _, F = quadratic_problem(n, 4, 0.01)
     ws = reference(A, b, 0.01, rounds, steps, lr, parts, prox_mu=extra.get("mu", 0.0))
-    w_emu = np.load(res.run_dir / "model.npy")  # saved as float32
-    np.testing.assert_allclose(w_emu, ws[-1], rtol=1e-6, atol=1e-7)
+    w_emu = np.load(res.run_dir / "model.npy")  # saved in the run's dtype, float64
+    assert w_emu.dtype == np.float64
+    np.testing.assert_allclose(w_emu, ws[-1], rtol=1e-10, atol=1e-12)
     # the recorded objective after every round equals F of the reference iterate
     f_ref = np.array([F(w) for w in ws])
     f_emu = res.metrics.loc[res.metrics["round"] >= 1, "test_loss"].to_numpy()
@@ -78,7 +79,9 @@ def test_float32_default_precision_close(run_in):
     res = run_in(sc)
     A, b, _, _, _ = quadratic_problem(6, 4, 0.01)
     ws = reference(A, b, 0.01, 20, 5, 0.1, [list(range(6))] * 20)
-    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), ws[-1], rtol=1e-5, atol=1e-6)
+    w = np.load(res.run_dir / "model.npy")
+    assert w.dtype == np.float32                     # a float32 run saves float32
+    np.testing.assert_allclose(w, ws[-1], rtol=1e-5, atol=1e-6)
 
 
 def test_one_local_step_is_gradient_descent(run_in):
@@ -133,7 +136,7 @@ def test_client_quadratic_given_and_drawn(run_in):
         x = np.mean(ups, axis=0)
         xs.append(x)
     m = res.metrics
-    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), xs[-1], rtol=1e-6)
+    np.testing.assert_allclose(np.load(res.run_dir / "model.npy"), xs[-1], rtol=1e-12)
     wstar = (A * C).sum(0) / A.sum(0)
     assert np.allclose(wstar, [0.75, 1.0])
     np.testing.assert_allclose(m["test_loss"].to_numpy(), [f(v) for v in xs], rtol=1e-10, atol=1e-12)

@@ -31,6 +31,11 @@ CASES = [
     ("model does not fit the data", lambda s: s["workload"].update(model={"name": "cnn_mnist"}),
      "workload.model.name", "cnn_mnist needs image inputs"),
     ("no stopping rule", lambda s: s.update(run={"eval_every": 2}), "run", "rounds"),
+    ("more clients per round than clients", lambda s: s["protocol"].update(select={"model": "uniform", "k": 7}),
+     "protocol.select.k", "7 clients per round, but clients.count is 6"),
+    ("multi-model k above the fleet", lambda s: s.update(protocol={
+        "name": "multi_model", "assignment": "mfa_rand", "local_steps": 2, "k": 8}),
+     "protocol.k", "clients.count is 6"),
 ]
 
 

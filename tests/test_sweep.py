@@ -109,6 +109,28 @@ def test_resume_skips_finished_runs_and_failures_are_recorded(tmp_path):
     assert sw.scan(res.dir, plans)["variant=ok__seed=0"]["stale"] == "algorithm.weighting"
 
 
+def test_resume_never_reruns_diverged_or_stalled_runs(tmp_path):
+    """A diverged run and a stalled run are finished (they have their summary.json): a resumed
+    sweep skips them like a complete run and leaves their directories untouched."""
+    g = {k: v for k, v in tiny()["clients"]["groups"][0].items() if k != "fraction"}
+    d = spec_dict(tmp_path / "s", seeds=1, grid={}, base=tiny(**{"run.rounds": 2}), variants={
+        "ok": {},
+        "div": {"algorithm.lr": 1e9, "run.rounds": 30, "workload.model": {"name": "mlp", "hidden": 32}},
+        "stuck": {"clients.count": 2, "protocol.select": {"model": "all"},
+                  "clients.groups": [dict(g, name="ok", count=1),
+                                     dict(g, name="stuck", count=1, compute={"model": "iterations", "fixed": 0})]}})
+    res = sw.run_sweep(sw.load_spec(d), workers=1, threads=1)
+    status = res.index.set_index("run")["status"].to_dict()
+    assert status == {"variant=ok__seed=0": "complete", "variant=div__seed=0": "diverged",
+                      "variant=stuck__seed=0": "stalled"}
+    assert res.counts["ran"] == 3 and res.counts["diverged"] == 1 and res.counts["stalled"] == 1
+    stamps = {r: (res.dir / "runs" / r / "summary.json").stat().st_mtime_ns for r in status}
+    again = sw.run_sweep(sw.load_spec(d), workers=1, threads=1)
+    assert again.counts["ran"] == 0 and again.counts["skipped"] == 3
+    assert again.index.set_index("run")["status"].to_dict() == status
+    assert {r: (res.dir / "runs" / r / "summary.json").stat().st_mtime_ns for r in status} == stamps
+
+
 def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
     d = spec_dict(tmp_path / "s", seeds=1, grid={}, variants={"a": {}})
     spec = sw.load_spec(d)

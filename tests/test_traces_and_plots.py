@@ -96,7 +96,13 @@ def test_every_shipped_scenario_validates(path, tmp_path):
         from emulator import sweep as sw
         spec = sw.load_spec(path)
         plans = sw.resolve(spec, sw.expand(spec))
-        assert plans and all(p.scenario["name"] for p in plans)
+        # one run per variant x grid point x seed, each with its own id and output folder
+        seeds = raw.get("seeds", 1)
+        want = (len(seeds) if isinstance(seeds, list) else seeds) * max(1, len(raw.get("variants") or {}))
+        for values in (raw.get("grid") or {}).values():
+            want *= len(values)
+        assert len(plans) == want
+        assert len({p.id for p in plans}) == want and len({p.scenario["output"]["dir"] for p in plans}) == want
         return
     overrides = []
     ds = (raw.get("workload") or {}).get("dataset") or {}
@@ -107,4 +113,7 @@ def test_every_shipped_scenario_validates(path, tmp_path):
                  x_test=rng.integers(0, 255, (10, 32, 32, 3), dtype=np.uint8), y_test=np.arange(10))
         overrides.append(f"workload.dataset.path={f}")
     sc = emulator.load(path, overrides)
-    assert sc.name
+    assert sc.name == raw["name"] and sc.seed == raw.get("seed", sc.seed)
+    # what is written to config.yaml loads back to the same scenario
+    from emulator import scenario as scn
+    assert scn.dump(scn.load(scn.to_yaml(sc))) == scn.dump(sc)

@@ -270,6 +270,12 @@ def test_t14_fedasync_staleness_and_mixing():
     assert staleness_weight(4, "hinge", 10, 4) == 1
     assert staleness_weight(5, "hinge", 10, 4) == pytest.approx(1 / 11)
     assert staleness_weight(6, "hinge", 10, 4) == pytest.approx(1 / 21)
+    # the function's defaults are the scenario's (Xie et al.: a = 0.5, hinge threshold b = 4)
+    from emulator.algorithms.fedasync import StalenessParams
+    d = StalenessParams()
+    assert (d.a, d.b) == (0.5, 4.0)
+    assert staleness_weight(3, "polynomial") == staleness_weight(3, "polynomial", d.a, d.b) == 0.5
+    assert staleness_weight(5, "hinge") == staleness_weight(5, "hinge", d.a, d.b) == 1 / 1.5
 
     def alg(offset=0, **kw):
         p = scenario.member("algorithm", "fedasync", lr=0.1, alpha=0.6, staleness_offset=offset, **kw)
@@ -287,6 +293,28 @@ def test_t14_fedasync_staleness_and_mixing():
             w = a.aggregate(0, [Arrival(c, 0, [torch.tensor([1.0])], 1, 1, 0.0)])
             ws.append(w.round_cols["staleness"])
         assert tuple(ws) == expect
+
+
+def test_fedasync_defaults_bounds_and_protocol():
+    """FedAsync's documented defaults (Xie et al.: alpha 0.6, rho 0.005, polynomial s with
+    a = 0.5; hinge b = 4), the edges its options accept and refuse, and `async` only."""
+    from pydantic import ValidationError
+
+    from emulator.errors import ScenarioError
+    p = scenario.member("algorithm", "fedasync", lr=0.1)
+    assert (p.alpha, p.prox_rho, p.buffer, p.buffer_mode, p.server_lr, p.staleness_offset) == (0.6, 0.005, 1, "model", 1.0, 0)
+    assert (p.staleness.function, p.staleness.a, p.staleness.b) == ("polynomial", 0.5, 4.0)
+    edge = scenario.member("algorithm", "fedasync", lr=0.1, alpha=1.0, prox_rho=0.0, buffer=1,
+                           staleness={"a": 0.5, "b": 0.0})
+    assert (edge.alpha, edge.prox_rho, edge.staleness.a, edge.staleness.b) == (1.0, 0.0, 0.5, 0.0)
+    for bad in ({"alpha": 1.5}, {"alpha": 0.0}, {"buffer": 0}, {"server_lr": 0.0}, {"staleness": {"a": 0.0}},
+                {"staleness": {"b": -1.0}}, {"prox_rho": -0.1}):
+        with pytest.raises(ValidationError):
+            scenario.member("algorithm", "fedasync", lr=0.1, **bad)
+    with pytest.raises(ValidationError, match="lr"):
+        scenario.member("algorithm", "fedasync")
+    with pytest.raises(ScenarioError, match="fedasync' does not run under protocol.name 'rounds'; it supports: async"):
+        scenario.load(tiny(**{"algorithm": {"name": "fedasync", "lr": 0.1}}))
 
 
 def test_fedbuff_buffer_closed_forms():
@@ -346,9 +374,47 @@ def test_fedbuff_buffer_through_the_async_protocol(run_in):
     c = copy.deepcopy(a)
     c["algorithm"]["buffer"] = 3
     ra, rc = run_in(a, "a"), run_in(c, "c")
-    # a real buffer changes the trajectory; 12 merges / 3 per update = 4 versions
+    ma, mc = (pd.read_csv(r.run_dir / "metrics.csv").set_index("round") for r in (ra, rc))
+    # a merges at 0.3, 0.6, 0.9 (three tied each time), b's three at 1.05. Unbuffered: version
+    # = merges so far; staleness = merges since the client's download (b downloaded version 0)
+    assert ma.loc[1:, "version"].tolist() == list(range(1, 13))
+    assert ma.loc[1:, "staleness"].tolist() == [0, 1, 2, 2, 2, 2, 2, 2, 2, 9, 10, 11]
+    # buffer 3: the model (and its version) moves only at every third merge, 12 / 3 = 4 versions
+    assert mc.loc[1:, "version"].tolist() == [r // 3 for r in range(1, 13)]
+    assert mc.loc[1:, "staleness"].tolist() == [0, 0, 0, 1, 1, 0, 1, 1, 0, 3, 3, 3]
+    loss = mc["test_loss"].to_numpy()
+    for r in range(12):                  # evaluated after every merge: constant inside a block
+        assert (loss[r + 1] == loss[r]) == ((r + 1) % 3 != 0), r
+    # the first applied buffer differs from FedAsync's three single merges
+    assert loss[3] != ma.loc[3, "test_loss"]
     assert not np.array_equal(np.load(ra.run_dir / "model.npy"), np.load(rc.run_dir / "model.npy"))
-    assert ra.metrics["version"].max() == 12 and rc.metrics["version"].max() == 4
+
+
+def test_async_staleness_of_a_real_run(run_in):
+    """Two clients with dyadic cycles: a every 1.0 s, b every 2.25 s (instant network).
+    Merges at 1, 2, 2.25 (b), 3, 4, 4.5 (b), 5, 6; staleness = merges since the client's
+    download: a's download at 2 saw version 2 and merges at 3 after b's: 1; b's first
+    job trained version 0 and lands after two merges: 2. metrics.csv's staleness and
+    clients.csv's weight alpha (k + 1)^-1/2 follow; and in general, staleness = merge
+    index - 1 - the merges at or before the job's start (merge time - compute - comm)."""
+    sc = tiny(**{"run.rounds": 8, "clients.count": 2})
+    sc["protocol"] = {"name": "async", "local_steps": 4}
+    sc["clients"]["groups"] = [
+        {"name": "a", "count": 1, "compute": {"model": "constant", "step_time": 0.25}, "network": "instant"},
+        {"name": "b", "count": 1, "compute": {"model": "constant", "step_time": 0.5625}, "network": "instant"}]
+    sc["algorithm"] = {"name": "fedasync", "lr": 0.1, "alpha": 0.6}
+    res = run_in(sc)
+    m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round").loc[1:]
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index("round")
+    assert m["virtual_time"].tolist() == [1.0, 2.0, 2.25, 3.0, 4.0, 4.5, 5.0, 6.0]
+    assert c["client"].tolist() == [0, 0, 1, 0, 0, 1, 0, 0]
+    k = [0, 0, 2, 1, 0, 2, 1, 0]
+    assert m["staleness"].tolist() == k
+    np.testing.assert_allclose(c["weight"], 0.6 * (np.array(k) + 1.0) ** -0.5, rtol=1e-15)
+    times = m["virtual_time"].to_numpy()
+    start = times - c.loc[m.index, "compute_time"].to_numpy() - c.loc[m.index, "comm_time"].to_numpy()
+    seen = np.array([(times[: i] <= s).sum() for i, s in enumerate(start)])
+    assert (m["staleness"].to_numpy() == np.arange(8) - seen).all()
 
 
 def test_t17_fedprox_step():
@@ -738,10 +804,15 @@ def test_async_eval_every_seconds_grid(run_in, every):
 
 
 def test_async_eval_every_seconds_no_drift(run_in):
+    """Grid points k x 0.7 (not a running sum of 0.7): by hand, the first merges at or after
+    0.7, 1.4, ..., 9.8 are at 0.75, 1.5, 2.25, 3.0, 3.5 (exactly on 5 x 0.7), 4.5, 5.0, 6.0,
+    6.5, 7.0 (exactly on 10 x 0.7), 8.0, 8.5, 9.5, 10.0 (also the last round)."""
     res = run_in(async_eval_scenario(0.7))
     m = res.metrics[res.metrics["round"] > 0]
     times = m["virtual_time"].to_numpy()
-    assert 7.0 in times and 10 * 0.7 == 7.0
+    ev = m[m["test_acc"].notna()]
+    assert ev["virtual_time"].tolist() == [0.75, 1.5, 2.25, 3.0, 3.5, 4.5, 5.0, 6.0, 6.5, 7.0, 8.0, 8.5, 9.5, 10.0]
+    assert ev["round"].tolist() == [2, 5, 8, 11, 13, 17, 19, 23, 26, 28, 32, 34, 38, 40]
     got = m["test_acc"].notna().to_numpy()
     exp = expected_evaluated(times, 0.7, len(m) - 1)
     assert (got == exp).all(), list(zip(m["round"][got != exp], times[got != exp]))
@@ -770,7 +841,7 @@ def case3_scenario(rounds=40, redraw="per_interval", algo="fedavg"):
     floor(N(m_g, s_g)), tau quarters floor(N(2,.4)) ... floor(N(5,1))."""
     sc = tiny(**{"run.rounds": rounds, "run.eval_every": rounds})
     sc["workload"]["partition"] = {"name": "dirichlet", "alpha": 0.5, "sizes": {"pattern": [30, 45, 60, 75, 90]}}
-    sc["workload"]["batch_size"] = 8
+    sc["workload"]["batch_size"] = 32           # few SGD steps per epoch: the draws are what is tested
     sc["clients"] = {"count": 20, "groups": [
         {"name": f"tau{m}", "count": 5, "compute": {"model": "iterations", "mean": m, "std": 0.2 * m},
          "network": "instant"} for m in (2, 3, 4, 5)]}
@@ -794,7 +865,8 @@ def test_case3_time_varying_data_and_tau(run_in):
     sizes = c.pivot(index="round", columns="client", values="n_samples")
     assert sizes.nunique().min() > 3                      # redrawn every interval
     # an epoch is a pass over this interval's subset: sgd_steps = tau * ceil(n / B)
-    assert (c["sgd_steps"] == c["steps"] * np.ceil(c["n_samples"] / 8)).all()
+    assert (c["sgd_steps"] == c["steps"] * np.ceil(c["n_samples"] / 32)).all()
+    assert (np.ceil(c["n_samples"] / 32) >= 2).any() and (np.ceil(c["n_samples"] / 32) == 1).any()
     # FedAvg weighs by |D_i^t| (T-SFL fn. 3)
     for _, r in c.groupby("round"):
         up = r[r["weight"] > 0]
