@@ -198,6 +198,14 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
     for f in (capacity, behaviour):
         if f is not None and not f.exists():
             _fail(f"file not found: {f}")
+    from .outputs import OutputError, check_file_target
+    targets = ([out_dir / "compute_trace.csv", out_dir / "links.csv"] if capacity is not None else []) + \
+        ([out_dir / "availability_trace.csv"] if behaviour is not None else [])
+    try:                 # a trace file is the user's data: an existing one is never replaced
+        for t in targets:
+            check_file_target(t, "--out trace file")
+    except OutputError as e:
+        _fail(str(e))
     try:
         written = convert(capacity, behaviour, out_dir)
     except (pickle.UnpicklingError, ValueError, KeyError, TypeError) as e:

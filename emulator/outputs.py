@@ -32,7 +32,7 @@ from .errors import FlemuError
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 NAME_RULE = ("a plain name of 1-128 letters, digits and _ . - that does not start with "
              "'.' or '-' (no '/', no spaces)")
-RUN_STATUSES = ("complete", "diverged", "stalled")
+RUN_STATUSES = ("complete", "diverged", "stalled", "stopped")
 SIGNATURE = "flemu"                       # what flemu writes into the files it makes
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flemu's temporary names
 

@@ -52,8 +52,8 @@ def test_callbacks_see_every_aggregation_and_evaluation(tmp_path):
     assert s["recorder_saw"] == 6 and "stopped_by" not in s
     ck = sorted(p.name for p in (res.run_dir / "checkpoints").iterdir())
     assert ck == ["round_0.npy", "round_2.npy", "round_4.npy", "round_6.npy"]
-    np.testing.assert_array_equal(np.load(res.run_dir / "checkpoints" / "round_6.npy").astype(np.float32),
-                                  np.load(res.run_dir / "model.npy"))
+    np.testing.assert_array_equal(np.load(res.run_dir / "checkpoints" / "round_6.npy"),
+                                  np.load(res.run_dir / "model.npy"))      # both in the run's dtype
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())     # no staging left behind
 
 
@@ -66,6 +66,10 @@ def test_a_callback_stops_the_run_cleanly(tmp_path):
     assert "stopped by callback 'early_stop' after round 3" in s["message"]
     assert pd.read_csv(res.run_dir / "metrics.csv")["round"].tolist() == [0, 1, 2, 3]
     assert cb.ended == "stopped"
+    # a stopped run is a run directory flemu wrote: running again into it replaces it
+    again = emulator.run(quadratic_scenario(rounds=2), out=tmp_path / "r")
+    assert again.summary["status"] == "complete" and again.summary["rounds"] == 2
+    assert pd.read_csv(tmp_path / "r" / "metrics.csv")["round"].tolist() == [0, 1, 2]
 
 
 class StopBelowParams(Params):

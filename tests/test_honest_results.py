@@ -114,6 +114,7 @@ def test_rounds_records_the_algorithms_round_and_client_columns(run_in, monkeypa
         agg.client_cols["doubled"] = {a.client: 2.0 * a.client for a in arrivals}
         return agg
     monkeypatch.setattr(FedAvg, "aggregate", aggregate)
+    monkeypatch.setattr(FedAvg, "cohort_path", False)     # declared: aggregate is not the cohort rule now
     res = run_in(tiny())
     m = pd.read_csv(res.run_dir / "metrics.csv")
     assert m["seen"].iloc[1:].tolist() == [13.0, 23.0, 33.0]

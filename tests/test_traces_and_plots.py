@@ -38,6 +38,19 @@ def test_import_fedscale(tmp_path):
     assert av.values.tolist() == [[101, 0, 100, 500], [101, 250, 400, 500], [102, 50, 300, 500]]
 
 
+def test_import_fedscale_never_replaces_a_file(tmp_path):
+    """An existing trace file at --out is the user's data: refused (exit 2), nothing written."""
+    write_fedscale(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "links.csv").write_text("client,up_mbps,down_mbps\n7,1,1\n")
+    res = CliRunner().invoke(app, ["traces", "import-fedscale", "--capacity", str(tmp_path / "cap.pkl"),
+                                   "--out", str(out)])
+    assert res.exit_code == 2 and "links.csv" in res.output and "Traceback" not in res.output
+    assert (out / "links.csv").read_text() == "client,up_mbps,down_mbps\n7,1,1\n"
+    assert sorted(p.name for p in out.iterdir()) == ["links.csv"]        # compute_trace.csv not written either
+
+
 def test_restricted_unpickler_refuses_objects(tmp_path):
     class Evil:
         def __reduce__(self):

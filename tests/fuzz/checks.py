@@ -393,11 +393,12 @@ def events(rd: RunDir) -> list:
 
 # ---------------------------------------------------------------------------- comparing runs
 WALL = ("wall_time", "setup_wall_time")
+HOW = ("executor_paths",)          # which executor path ran each job: differs between executors by design
 
 
 def _strip_wall(x):
     if isinstance(x, dict):
-        return {k: _strip_wall(v) for k, v in x.items() if "wall" not in k}
+        return {k: _strip_wall(v) for k, v in x.items() if "wall" not in k and k not in HOW}
     if isinstance(x, list):
         return [_strip_wall(v) for v in x]
     return x
