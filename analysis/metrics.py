@@ -18,11 +18,11 @@ over seeds per condition. Definitions:
   time (`reference="second"`: after all but the slowest one had finished). 0 for `async`
   and `intervals` (T-SFL), whose server never waits on a client.
 - participation: aggregations each client was in (weight > 0), availability, drops.
-- FedSUM delay metrics (fedsum.md 2.1): tau^t = t - min_i s_i^t from the weight > 0 sets.
-- T-SFL heterogeneity degree delta = population variance of tau over clients (tsfl.md
+- FedSUM delay metrics (docs/algorithms/fedsum.md 2.1): tau^t = t - min_i s_i^t from the weight > 0 sets.
+- T-SFL heterogeneity degree delta = population variance of tau over clients (docs/algorithms/tsfl.md
   fn. 1): the protocol's `heterogeneity` column where recorded (intervals), else the
   variance of the local steps of each round's selected clients, averaged over rounds.
-- multi-model gain g = M * T_1(eps) / T_P(M, eps) (multimodel.md section 3).
+- multi-model gain g = M * T_1(eps) / T_P(M, eps) (docs/algorithms/multimodel.md section 3).
 """
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def heterogeneity(metrics: pd.DataFrame, clients: Optional[pd.DataFrame] = None)
 
 # --------------------------------------------------------------------------- multi-model gain
 def multimodel_gain(M: int, T1: float, TP: float) -> float:
-    """g_P(M, eps) = M * T_1(eps) / T_P(M, eps) (multimodel.md Eq. 3); NaN if either is."""
+    """g_P(M, eps) = M * T_1(eps) / T_P(M, eps) (docs/algorithms/multimodel.md Eq. 3); NaN if either is."""
     if T1 is None or TP is None or not np.isfinite(T1) or not np.isfinite(TP) or TP <= 0:
         return NAN
     return float(M * T1 / TP)
@@ -220,7 +220,7 @@ def all_models_round(metrics: pd.DataFrame, thresholds, y: str = "test_acc", hig
 def multimodel_gain_from_runs(single, multi: pd.DataFrame, eps=None, T1: Optional[int] = None,
                               y: str = "test_acc", higher: bool = True) -> float:
     """Gain from a single-model run's metrics (`single`) and a multi-model run's (`multi`,
-    with a `model` column), two ways (multimodel.md section 3):
+    with a `model` column), two ways (docs/algorithms/multimodel.md section 3):
     - `eps` given: T_1 = rounds for the single-model run to reach eps, T_P = first round at
       which every model of the multi-model run meets eps;
     - `T1` given (the data experiments): eps_m = the single-model accuracy after T1 rounds

@@ -1,5 +1,5 @@
 """Multi-model assignment: which model each participating client trains in a round
-(shared/specs/multimodel.md sections 2.3-2.5; no torch, usable alone).
+(docs/algorithms/multimodel.md sections 2.3-2.5; no torch, usable alone).
 
 `assign(t, available, rng)` returns, for round t (1-based), one sorted array of client ids per
 model (model m = index m, 0-based); a client appears at most once. Every draw comes from the

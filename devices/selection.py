@@ -136,7 +136,7 @@ class BiasedSelection(Selection):
 class SequenceSelection(Selection):
     """A given sequence of client sets: round t takes `sets[t-1]` (its available members);
     after the last set the sequence repeats (`repeat`) or nobody is selected. For replaying
-    a recorded participation and for hand-checked tests (fedumf.md T2, fedsum.md SEQ)."""
+    a recorded participation and for hand-checked tests (docs/algorithms/fedumf.md T2, docs/algorithms/fedsum.md SEQ)."""
 
     sets: Sequence = ()
     repeat: bool = True

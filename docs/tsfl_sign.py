@@ -1,4 +1,4 @@
-"""The sign of T-SFL's Eq. (6), derived symbolically (issue 15; shared/specs/tsfl.md A25).
+"""The sign of T-SFL's Eq. (6), derived symbolically (issue 15; docs/algorithms/tsfl.md A25).
 
 Theorem 1 (Eqs. 2-3, as transcribed in tsfl.md section 8) bounds ||grad F(w^T)||^2 / L^2 by
 

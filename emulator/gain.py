@@ -1,4 +1,4 @@
-"""Hitting times and the multi-model gain (shared/specs/multimodel.md section 3, Eq. 3).
+"""Hitting times and the multi-model gain (docs/algorithms/multimodel.md section 3, Eq. 3).
 
 A model "hits" its target at the first round t >= 1 whose evaluated metric meets it (<= eps
 for errors such as `gap`, >= eps for accuracies). T_P, the rounds until *all* M models meet

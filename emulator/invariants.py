@@ -166,7 +166,7 @@ def comm_latency(world, metrics, clients) -> list:
 
 
 def delay(world, metrics, clients) -> list:
-    """The delay metrics in metrics.csv are the ones clients.csv gives (fedsum.md 2.1)."""
+    """The delay metrics in metrics.csv are the ones clients.csv gives (docs/algorithms/fedsum.md 2.1)."""
     bad = []
     if not (len(metrics) and "tau" in metrics and len(clients) and not world.recorder.participants_only):
         return bad

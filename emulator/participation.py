@@ -1,4 +1,4 @@
-"""Participation statistics of a realised run: the FedSUM delay metrics (fedsum.md 2.1).
+"""Participation statistics of a realised run: the FedSUM delay metrics (docs/algorithms/fedsum.md 2.1).
 
 Given the active sets S^0, S^1, ... (t 0-based: the clients whose update was merged in
 aggregation t; in clients.csv, weight > 0):

@@ -1,4 +1,4 @@
-"""Named, independent random streams derived from one integer seed (DESIGN.md section 3).
+"""Named, independent random streams derived from one integer seed (docs/architecture.md section 3).
 
 `Streams(seed).generator("selection")` is one long-lived stream; `keyed("batches", client,
 round, model)` is a fresh generator for that key, so the draws for one key never depend on

@@ -1,4 +1,4 @@
-"""Run one scenario and write its run directory (DESIGN.md section 3, "Run directory").
+"""Run one scenario and write its run directory (docs/architecture.md section 3, "Run directory").
 
 The world is built (and every data file read) before anything is written; the run
 directory is written under a temporary name and renamed when complete, so a failed or

@@ -1,4 +1,4 @@
-"""Scenario files: YAML -> validated pydantic model (DESIGN.md section 5).
+"""Scenario files: YAML -> validated pydantic model (docs/architecture.md section 5).
 
 - `yaml.safe_load` only; `--set path=value` overrides are applied to the raw mapping first
   (values parsed as YAML: numbers, booleans, lists, null).

@@ -63,7 +63,7 @@ def cross_check(sc) -> list:
     wk = getattr(wait, "k", None)
     if wk is not None and wk > n:
         problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
-    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (multimodel.md A5)
+    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (docs/algorithms/multimodel.md A5)
     M = len(sc.workload_list)
     if assignment in ("mfa_rand", "mfa_rr") and M > 1 and not sc.protocol.allow_unequal_groups:
         K = sc.protocol.k if sc.protocol.k is not None else n

@@ -1,4 +1,4 @@
-"""The cohort path of the vector engine (DESIGN.md section 3): where an algorithm's client side
+"""The cohort path of the vector engine (docs/architecture.md section 3): where an algorithm's client side
 depends on no client (`Algorithm.cohort_spec`: FedAvg, FedProx), a round's arrivals go to the
 executor as one CohortJob and to the algorithm as stacked rows (`aggregate_rows`), with no
 object per participant. It must give exactly what the client-by-client path gives: the same

@@ -1,4 +1,4 @@
-"""The two engines of `rounds` (DESIGN.md section 3): `process` (a SimPy process per
+"""The two engines of `rounds` (docs/architecture.md section 3): `process` (a SimPy process per
 participant) and `vector` (NumPy over the round, one timeout) give identical clients.csv and
 metrics.csv (but for the measured wall time) for the same seed, over every wait mode, compute
 model and link model the vector engine applies to; `auto` picks vector there and process

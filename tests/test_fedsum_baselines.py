@@ -1,6 +1,6 @@
-"""The baselines of the FedSUM comparison (fedsum.md section 4): FedAU's weights (T10),
+"""The baselines of the FedSUM comparison (docs/algorithms/fedsum.md section 4): FedAU's weights (T10),
 FedAWE's echo multipliers (T11) and one test per public-implementation trap of section 4.1.
-Quadratic of fedsum.md 8 (N = 3, d = 2), float64, exact gradients; spec rounds 0-based
+Quadratic of docs/algorithms/fedsum.md 8 (N = 3, d = 2), float64, exact gradients; spec rounds 0-based
 (the emulator's round t is the spec's t - 1)."""
 import numpy as np
 import pandas as pd

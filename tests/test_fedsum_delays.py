@@ -1,4 +1,4 @@
-"""FedSUM delay metrics against the spec's closed forms (fedsum.md 2.3, T2, T5, T6) for the
+"""FedSUM delay metrics against the spec's closed forms (docs/algorithms/fedsum.md 2.3, T2, T5, T6) for the
 participation models the comparison uses (test_participation.py has T1-T5 on sequences):
 the exact expectations of Appendix A for uniform sampling (P1, Case 1) and for independent
 participation with time-varying p_i^t (P3's sine), checked against the device models, and

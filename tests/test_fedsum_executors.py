@@ -4,7 +4,7 @@
   whose clients train with a correction vector (FedSUM, FedSUM-CR, SCAFFOLD) or read the mean
   raw gradient at a fixed point (FedSUM-B: learning rate 0), float64 as in test_batched.py
   (in float32 the two executors can break max-pool ties differently: see docs/fedsum_results.md).
-- T12 (fedsum.md 8), adapted to flemu's stochastic quadratic (`client_quadratic` with a
+- T12 (docs/algorithms/fedsum.md 8), adapted to flemu's stochastic quadratic (`client_quadratic` with a
   centred finite sum of gradient noise, mini-batches of 8): N = 10, d = 5, heterogeneous
   centres, independent participation p_i = 0.1 + 0.8 i / 9, K = 5, 20 rounds, 3 seeds: the
   median over seeds of f(x^T) - f* of each FedSUM variant is below 0.02 x FedAvg's (the spec

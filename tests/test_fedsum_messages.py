@@ -1,4 +1,4 @@
-"""Messages and memory of the FedSUM family and its baselines (fedsum.md 3.5, 4, T8f):
+"""Messages and memory of the FedSUM family and its baselines (docs/algorithms/fedsum.md 3.5, 4, T8f):
 bytes per round = vectors x 4d x |S^t| in each direction, exactly, in metrics.csv; a
 client's first upload is its new y_i; per-client state kinds, bytes (held and dense-equivalent)
 and rows written in summary.json;
@@ -16,7 +16,7 @@ from test_fedsum_baselines import Done, make
 SEQ = ref.SEQ
 D = 2                                    # the quadratic's dimension
 
-# method -> (vectors down, vectors up) per active client per round (fedsum.md 3.5, 4)
+# method -> (vectors down, vectors up) per active client per round (docs/algorithms/fedsum.md 3.5, 4)
 VECTORS = {"fedsum_b": (1, 1), "fedsum": (2, 1), "fedsum_cr": (1, 1), "fedavg_active": (1, 1),
            "scaffold": (2, 2), "scaffold_1up": (2, 1), "mifa": (1, 1), "fedvarp": (1, 1), "fedau": (1, 1),
            "fedawe": (1, 1), "fedawe_clip": (1, 2)}
@@ -54,7 +54,7 @@ def test_t8f_bytes_per_round_state_and_delays(run_in, tmp_path, method):
 
 
 def test_spec_example_fedsum_round_on_the_paper_mnist_cnn():
-    """fedsum.md 3.5: d = 51,480, |S^t| = 10: a FedSUM round sends 4,118,400 B down and
+    """docs/algorithms/fedsum.md 3.5: d = 51,480, |S^t| = 10: a FedSUM round sends 4,118,400 B down and
     2,059,200 B up; FedSUM-CR 2,059,200 B each way; SCAFFOLD twice FedSUM's uplink."""
     got = {}
     for name in ("fedsum", "fedsum_cr", "scaffold"):

@@ -1,4 +1,4 @@
-"""FedSUM family and baselines on the spec's quadratic (fedsum.md section 8): every method run
+"""FedSUM family and baselines on the spec's quadratic (docs/algorithms/fedsum.md section 8): every method run
 by the emulator (float64, exact gradients, participation replayed from a trace) equals the
 NumPy reference of Appendix A (tests/reference/fedsum_reference.py) to 1e-10 on every
 iterate (T7, constant and decaying lr), the spec's reductions and invariants (T8a-e, g) and
@@ -16,7 +16,7 @@ from reference.fedsum_harness import METHODS, XSTAR, algo_block, quad_scenario, 
 SEQ = ref.SEQ
 TOL = 1e-10
 
-# fedsum.md T7: (x^3, x^6) with eta_l = 0.1, eta_g = 1, K = 3 on SEQ
+# docs/algorithms/fedsum.md T7: (x^3, x^6) with eta_l = 0.1, eta_g = 1, K = 3 on SEQ
 T7 = {
     "fedsum_b": ((0.260000000000, 0.200000000000), (0.683040000000, 0.895600000000)),
     "fedsum": ((0.230370074074, 0.180666666667), (0.644773607327, 0.842582847190)),
@@ -31,7 +31,7 @@ T7 = {
     "fedawe": ((0.000000000000, 0.542000000000), (1.004836022000, 1.115765355333)),
     "fedawe_clip": ((0.000000000000, 0.500000000000), (0.668430486556, 0.900789031697)),
 }
-# fedsum.md T7, decaying eta_l^t = 0.1 / sqrt(t/10 + 1): x^6
+# docs/algorithms/fedsum.md T7, decaying eta_l^t = 0.1 / sqrt(t/10 + 1): x^6
 T7_DECAY = {"fedsum_b": (0.639763423037, 0.823446600613), "fedsum": (0.602753115710, 0.773625277184),
             "fedsum_cr": (0.604449825209, 0.777993429792)}
 

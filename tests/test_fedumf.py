@@ -1,4 +1,4 @@
-"""FedUMF (shared/specs/fedumf.md section 7): the algorithm against the spec's NumPy
+"""FedUMF (docs/algorithms/fedumf.md section 7): the algorithm against the spec's NumPy
 reference, its reductions to FedAvg, bookkeeping, laziness, bytes and virtual-time edge cases."""
 import numpy as np
 import pandas as pd

@@ -64,7 +64,7 @@ def _mm(n=4, **proto):
     (4, {"k": 3, "assignment": "mfa_rr"}, "protocol.k"),
 ])
 def test_models_that_cannot_get_equal_groups_are_a_validation_error(n, proto, path):
-    """multimodel.md A5: M not dividing K is a validation error unless allow_unequal_groups;
+    """docs/algorithms/multimodel.md A5: M not dividing K is a validation error unless allow_unequal_groups;
     it used to validate and then die mid-run (ValueError in devices/assignment.split)."""
     with pytest.raises(ScenarioError) as e:
         scenario.load(_mm(n, **proto))

@@ -1,4 +1,4 @@
-"""The post-run invariant check (DESIGN.md section 3) catches each kind of corruption it
+"""The post-run invariant check (docs/architecture.md section 3) catches each kind of corruption it
 claims to, lists every violation together, and a run that fails it leaves no run directory."""
 import numpy as np
 import pytest

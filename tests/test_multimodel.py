@@ -1,4 +1,4 @@
-"""Multi-model FL (shared/specs/multimodel.md section 7): the MFA-RR and MFA-Rand assignments
+"""Multi-model FL (docs/algorithms/multimodel.md section 7): the MFA-RR and MFA-Rand assignments
 alone, participation, the quadratic against the NumPy reference on recorded assignments, the
 gain on hand-made curves, M = 1 equivalence, and a two-model run in which both models train."""
 import copy

@@ -1,4 +1,4 @@
-"""FedSUM delay metrics (fedsum.md 2.1, tests T1-T4) and their values in run outputs;
+"""FedSUM delay metrics (docs/algorithms/fedsum.md 2.1, tests T1-T4) and their values in run outputs;
 interruption of a client that goes offline mid-round; an offline-heavy fleet does not
 spin the clock."""
 

@@ -1,4 +1,4 @@
-"""T-SFL (shared/specs/tsfl.md section 9): the reference functions, DMS statistics, interval
+"""T-SFL (docs/algorithms/tsfl.md section 9): the reference functions, DMS statistics, interval
 arithmetic through the emulator, FedAsync rules, and equivalences on the quadratic."""
 import copy
 import math
@@ -110,7 +110,7 @@ def test_t6_bernoulli_frequencies():
 
 def test_t6_case2_keep_rates():
     """Case 2 (quarters tau = 1, 2, 3, 4): K = 2.5, H = 4, P = .375, .125, 0, 0, so the keep
-    rates are 0.625 / 0.875 / 1 / 1 and E|S| = 17.5 (tsfl.md 4.2 facts, T6). 40,000
+    rates are 0.625 / 0.875 / 1 / 1 and E|S| = 17.5 (docs/algorithms/tsfl.md 4.2 facts, T6). 40,000
     intervals = 200,000 draws per quarter: the 0.005 tolerance is >= 4.6 standard errors,
     the 0.05 on the mean |S| (sd sqrt(1.71875)) about 7.6."""
     dms = make_dms(7, n_clients=20)
@@ -187,7 +187,7 @@ def test_t19_zero_tau_modes():
     assert (K, H) == (2, 4) and np.allclose(P, [0.5, 0, 0])
     dms = make_dms(4, zero_tau="exclude")
     assert all(0 not in dms.reads(0, cands([0, 2, 4])) for _ in range(200))
-    # exclude forces beta = 0 on tau = 0 but changes nothing else (tsfl.md 4.3, A11): the
+    # exclude forces beta = 0 on tau = 0 but changes nothing else (docs/algorithms/tsfl.md 4.3, A11): the
     # zero client still counts in K = 2, H = 4, n_U = 3 (inside the slope) and keeps P = 0.5
     fixed = {"mode": "fixed", "L": 4.0, "G2": 2.0, "sigma2": 0.5}
     info = {}
@@ -224,7 +224,7 @@ def test_t12_case3_keep_rates():
 
 
 def test_t12_case3_sampler():
-    """floor(N(m, s)) of the iterations compute model, std reading (tsfl.md 6.3, T12): 100,000
+    """floor(N(m, s)) of the iterations compute model, std reading (docs/algorithms/tsfl.md 6.3, T12): 100,000
     draws per group. Group 1: P(1) = P(2) = 0.4938 +- 0.007, P(0) = P(3) = 0.0062 +- 0.002; group
     means 1.5, 2.5, 3.5, 4.5 +- 0.015 (= m - 1/2 exactly, by symmetry about an integer). The
     exact probabilities Phi((k + 1 - m)/s) - Phi((k - m)/s) are checked to 4.5 standard errors."""
@@ -469,7 +469,7 @@ def test_t11_interval_arithmetic(run_in):
 def test_t11_undeliverable_not_in_K(run_in):
     """The same three clients under DMS: the undeliverable client b is outside U^t, so
     K = (4 + 0)/2 = 2 (not 4/3), H = 4, n_U = 2; the delivered tau = 0 client is filtered with
-    P = K/H = 0.5 (include), b has no P at all (tsfl.md 2.3, 4.3)."""
+    P = K/H = 0.5 (include), b has no P at all (docs/algorithms/tsfl.md 2.3, 4.3)."""
     groups = [
         {"name": "a", "count": 1, "compute": {"model": "constant", "step_time": 2.0}, "network": link_for(0.5, 1.0)},
         {"name": "b", "count": 1, "compute": {"model": "constant", "step_time": 1.0}, "network": link_for(6.0, 5.0)},
@@ -498,7 +498,7 @@ GUARD_DELTAS = (1, 0.3, 0.7, 3.3, 7, 10)
 
 
 def guard_scenario(delta):
-    """tsfl.md 2.3 paper cases: c = delta / tau, d = u = 0, one client per tau = 1..49."""
+    """docs/algorithms/tsfl.md 2.3 paper cases: c = delta / tau, d = u = 0, one client per tau = 1..49."""
     sc = quad_intervals("fedavg", list(range(1, 50)), rounds=1)
     sc["workload"]["dataset"]["block"] = 1                 # d = 50: training stays cheap
     sc["run"]["eval_every"] = 10
@@ -696,7 +696,7 @@ def test_t22_records_and_laziness(run_in):
 
 def random_tau_scenario(m, rounds=30):
     """8 clients, tau quarters floor(N(2, .4)) .. floor(N(5, 1)) (two clients each), DMS,
-    only tau > m uploads (tsfl.md 5.2)."""
+    only tau > m uploads (docs/algorithms/tsfl.md 5.2)."""
     groups = [{"name": f"m{mu}", "count": 2, "compute": {"model": "iterations", "mean": mu, "std": 0.2 * mu},
                "network": "instant"} for mu in (2, 3, 4, 5)]
     return interval_scenario(groups, "dms", rounds=rounds, min_iterations=m)
@@ -835,7 +835,7 @@ def test_t21_model_sizes():
     assert count("resnet18", (3, 32, 32)) == 11_173_962
 
 
-# --------------------------------------------------------------------------- Case 3 (tsfl.md 6.3)
+# --------------------------------------------------------------------------- Case 3 (docs/algorithms/tsfl.md 6.3)
 def case3_scenario(rounds=40, redraw="per_interval", algo="fedavg"):
     """Case 3 on digits, scaled: pools 30..90 (client i mod 5), per-interval sizes
     floor(N(m_g, s_g)), tau quarters floor(N(2,.4)) ... floor(N(5,1))."""
@@ -871,7 +871,7 @@ def test_case3_time_varying_data_and_tau(run_in):
     for _, r in c.groupby("round"):
         up = r[r["weight"] > 0]
         assert np.allclose(up["weight"], up["n_samples"] / up["n_samples"].sum())
-    # tau quarters: means 1.5, 2.5, 3.5, 4.5 after the floor; delta ~ 1.85 (tsfl.md 6.3)
+    # tau quarters: means 1.5, 2.5, 3.5, 4.5 after the floor; delta ~ 1.85 (docs/algorithms/tsfl.md 6.3)
     taus = c.groupby(c["client"] // 5)["steps"].mean().to_numpy()
     assert np.allclose(taus, [1.5, 2.5, 3.5, 4.5], atol=0.25), taus
     delta = res.metrics["heterogeneity"].dropna().mean()

@@ -1,4 +1,4 @@
-"""T20 (tsfl.md 3.4): the gradient probes behind the `estimate` mode of Eq.(6)'s constants."""
+"""T20 (docs/algorithms/tsfl.md 3.4): the gradient probes behind the `estimate` mode of Eq.(6)'s constants."""
 import numpy as np
 import pytest
 import torch
@@ -68,7 +68,7 @@ SMALL = ["workload.model={name: mlp, hidden: 16}", "workload.partition.sizes.pat
 
 
 def ema_by_hand(raw, lam):
-    """tsfl.md 3.4: X^t = lam X^{t-1} + (1 - lam) X_raw^t, X = X_raw at the first interval."""
+    """docs/algorithms/tsfl.md 3.4: X^t = lam X^{t-1} + (1 - lam) X_raw^t, X = X_raw at the first interval."""
     out = [raw[0]]
     for x in raw[1:]:
         out.append(lam * out[-1] + (1 - lam) * x)
@@ -93,7 +93,7 @@ def test_T20_dms_estimate_mode_reads_probes_in_a_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tsfl.TsflOptimal, "update_constants", spy)
     res = run(sc, out=tmp_path / "run")
-    # every uploader probes (tsfl.md 3.4): 3 gradients each, apart from its local steps
+    # every uploader probes (docs/algorithms/tsfl.md 3.4): 3 gradients each, apart from its local steps
     s = res.summary
     assert s["probe_grad_evals"] == 3 * 20 * 3
     assert s["grad_steps_computed"] <= s["grad_steps_virtual"]
@@ -138,7 +138,7 @@ PROBES = [
 
 
 def test_constants_are_the_ema_of_the_raw_probe_values():
-    """tsfl.md 3.4 with lambda = 0.9, by hand: X = raw at the first interval, then
+    """docs/algorithms/tsfl.md 3.4 with lambda = 0.9, by hand: X = raw at the first interval, then
     0.9 X + 0.1 raw; carried when nobody probed; L_raw = the previous L when no probe had one."""
     rule = _probe_rule(ema=0.9)
     assert rule.constants_info() == {} and rule.slope([1, 4], [1, 4], 2, 4) == 0.0

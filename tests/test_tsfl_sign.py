@@ -1,4 +1,4 @@
-"""The sign of T-SFL's Eq. (6) (issue 15, tsfl.md A25): docs/tsfl_sign.py differentiates
+"""The sign of T-SFL's Eq. (6) (issue 15, docs/algorithms/tsfl.md A25): docs/tsfl_sign.py differentiates
 Theorem 1's bound with sympy; every step of its finding is asserted here."""
 import importlib.util
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Datasets and models as shared/specs/workloads.md defines them."""
+"""Datasets and models as docs/algorithms/workloads.md defines them."""
 import gzip
 
 import numpy as np

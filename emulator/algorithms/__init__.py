@@ -1,1 +1,1 @@
-"""Algorithms: the math of one FL method each, no SimPy, no clocks (DESIGN.md section 3)."""
+"""Algorithms: the math of one FL method each, no SimPy, no clocks (docs/architecture.md section 3)."""

@@ -113,7 +113,7 @@ class Algorithm:
     supports: frozenset = frozenset({"rounds"})
     #: the documented total of one aggregation's weights (None: not a weighted mean)
     weights_total: Optional[float] = 1.0
-    #: model-sized vectors in one message, per direction (fedsum.md 3.5)
+    #: model-sized vectors in one message, per direction (docs/algorithms/fedsum.md 3.5)
     down_vectors: int = 1
     up_vectors: int = 1
     #: kinds of per-client state kept in `ctx.states` (algorithms/state.py), for `flemu list`

@@ -1,5 +1,5 @@
 """FedAsync — C. Xie, S. Koyejo, I. Gupta, "Asynchronous Federated Optimization",
-arXiv:1903.03934 (shared/specs/tsfl.md section 5.4), with an optional FedBuff-style buffer
+arXiv:1903.03934 (docs/algorithms/tsfl.md section 5.4), with an optional FedBuff-style buffer
 (J. Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation", AISTATS 2022).
 
 Worker (Xie Alg. 1, worker):  from y = x, H local iterations

@@ -1,10 +1,10 @@
 """FedAU — S. Wang, M. Ji, "A Lightweight Method for Tackling Unknown Participation
 Statistics in Federated Averaging", ICLR 2024 (arXiv 2023), Algorithm 1 with its
 "ComputeWeight" routine; in the form of the FedSUM experiments' code lineage
-(shared/specs/fedsum.md section 4, [ref-code]). Rounds: flemu's round t is the spec's t - 1.
+(docs/algorithms/fedsum.md section 4, [ref-code]). Rounds: flemu's round t is the spec's t - 1.
 
 Server, round t:  x^{t+1} = x^t + eta_g (1/N) sum_{i in S^t} omega_i^t Delta_i,
-  Delta_i = y_K - x^t from K plain SGD steps at eta_l^t (divisor N, not |S^t|: fedsum.md 4.1).
+  Delta_i = y_K - x^t from K plain SGD steps at eta_l^t (divisor N, not |S^t|: docs/algorithms/fedsum.md 4.1).
 ComputeWeight, per client (all N, every round): a_i = rounds absent since the last recorded
 interval, and the recorded intervals (kept as their sum and count: two [N] arrays).
   absent:  a_i += 1; if a_i >= K_cut: record interval a_i, a_i = 0
@@ -24,7 +24,7 @@ ABSENT, IV_SUM, IV_COUNT = "fedau_absent", "fedau_interval_sum", "fedau_interval
 
 
 class FedAuParams(ScheduledParams):
-    cutoff: int = Field(50, ge=1, description="K_cut: an absence this long is recorded as an interval (fedsum.md 4)")
+    cutoff: int = Field(50, ge=1, description="K_cut: an absence this long is recorded as an interval (docs/algorithms/fedsum.md 4)")
 
 
 class FedAu(LocalSgdDelta):

@@ -39,7 +39,7 @@ class FedAvg(Algorithm):
 
     def lr(self, t: int) -> float:
         """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
-        `lr_offset` b the decaying lr / (b + t) (multimodel.md 2.6: 30 / (100 + t))."""
+        `lr_offset` b the decaying lr / (b + t) (docs/algorithms/multimodel.md 2.6: 30 / (100 + t))."""
         b = self.p.lr_offset
         if b is not None:
             return self.p.lr / (b + t)

@@ -1,7 +1,7 @@
 """FedAWE — M. Xiang, S. Ioannidis, E. Yeh, C. Joe-Wong, L. Su, "Efficient Federated Learning
 against Heterogeneous and Non-stationary Client Unavailability", NeurIPS 2024, Algorithm 1
 (adaptive innovation echoing + implicit gossiping), in the form of its code
-(`varying_awe.py`; shared/specs/fedsum.md section 4, [ref-code]). Rounds: flemu's round t is
+(`varying_awe.py`; docs/algorithms/fedsum.md section 4, [ref-code]). Rounds: flemu's round t is
 the spec's t - 1.
 
 Client state: its own model x_i (x_i^0 = x^0) and tau_i, the last round it was active
@@ -13,7 +13,7 @@ Server:  x^{t+1} = mean_{i in S^t} x_i^dagger; then x_i <- x^{t+1} for i in S^t 
 Clip (`clip_norm`, [ours] default null): the code clips the *mean echoed innovation*
   e = mean_{S^t} (t - tau_i) G_i to Euclidean norm <= clip_norm before
   x^{t+1} = mean_{S^t} x_i - eta_g clip(e); the server then needs both sums: 2 vectors up.
-Messages (fedsum.md 4 (ii)): the download of x^{t+1} belongs to the end of round t; flemu
+Messages (docs/algorithms/fedsum.md 4 (ii)): the download of x^{t+1} belongs to the end of round t; flemu
 counts it as one vector at the client's next participation (the very first x^0 at its
 first), the same bytes per active client per round, at the start of its round.
 Evaluation (4 (iii)): the server's x (the code evaluates the mean of all N local models).

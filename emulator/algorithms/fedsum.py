@@ -1,12 +1,12 @@
 """FedSUM family — R. You, S. Pu, "FedSUM Family: Efficient Federated Learning Methods under
-Arbitrary Client Participation", arXiv:2512.18275 (shared/specs/fedsum.md, section 3).
+Arbitrary Client Participation", arXiv:2512.18275 (docs/algorithms/fedsum.md, section 3).
 
-The paper's typeset mathematics was lost (fedsum.md section 0, A1): the rules below are the
+The paper's typeset mathematics was lost (docs/algorithms/fedsum.md section 0, A1): the rules below are the
 spec's reconstruction; `[recon]` marks a reconstructed equation, `[ours]` our choice. Steps
 are cited by the spec's labels B1-B4 (FedSUM-B, Alg. 1), S1-S5 (FedSUM, Alg. 2), C1-C6
 (FedSUM-CR, Alg. 3). Rounds: flemu's round t (1-based) is the spec's round t - 1.
 
-Stochastic Uplink-Merge (SUM), fedsum.md 3.1, common to the three variants:
+Stochastic Uplink-Merge (SUM), docs/algorithms/fedsum.md 3.1, common to the three variants:
     y_i          mean raw stochastic gradient of client i's latest active round (0 before)
     Delta_i^t  = y_i^{t+1} - y_i^t                                     Eq.(6), one vector up
     y^{t+1}    = y^t + (1/N) sum_{i in S^t} Delta_i^t                  Eq.(7) [recon]
@@ -21,12 +21,12 @@ Variants (what a client in S^t computes from x^t):
                rebuilt from the model x_hat_i = x^{r_i} of the client's last selection r_i
                (Gamma(a, b) = sum_{r=a}^{b-1} gamma^r); c_i^t = 0 when t = r_i            C2-C5, Eqs.(10)-(11)
 
-Emulator mapping (fedsum.md 3.7): the correction vector is the executors' per-client
+Emulator mapping (docs/algorithms/fedsum.md 3.7): the correction vector is the executors' per-client
 `correction`; the mean raw gradient is `TrainResult.grad_mean` (accumulated, not rebuilt
 from the endpoint: S4); FedSUM-B is a job with learning rate 0, whose K steps are K
 gradients at x^t. Client state lives in the store (`fedsum_y`, CR also `fedsum_xhat` and the
 integer `fedsum_r`) and is committed in `aggregate` for the clients actually merged, so a
-client that dropped out keeps its old state (fedsum.md 3.6).
+client that dropped out keeps its old state (docs/algorithms/fedsum.md 3.6).
 
 K in gamma^t [ours]: the local steps the round's uploads were asked for (their maximum; the
 protocol's `local_steps`), the last known value in a round without uploads. A client that
@@ -56,7 +56,7 @@ class FedSumParams(ScheduledParams):
 class _FedSumFamily(Scheduled):
     supports = frozenset({"rounds"})
     weights_total = None          # a merged client's weight is its 1/N share of y (Eq. (7)), not a mean
-    up_vectors = 1                # Delta_i (fedsum.md 3.5)
+    up_vectors = 1                # Delta_i (docs/algorithms/fedsum.md 3.5)
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
@@ -68,7 +68,7 @@ class _FedSumFamily(Scheduled):
 
     # -- gamma^t and Gamma(a, b) ------------------------------------------------------------
     def gamma_sum(self, a: int, b: int) -> float:
-        """Gamma(a, b) = sum_{r=a}^{b-1} gamma^r over closed spec rounds (fedsum.md 1, A6)."""
+        """Gamma(a, b) = sum_{r=a}^{b-1} gamma^r over closed spec rounds (docs/algorithms/fedsum.md 1, A6)."""
         return self._cum[b] - self._cum[a]
 
     def _close_round(self, t: int, K_t, stepped: bool) -> float:
@@ -102,7 +102,7 @@ class _FedSumFamily(Scheduled):
         merged, K_t = [], None
         acc = torch.zeros_like(self.y)
         for a in sorted(arrivals, key=lambda a: a.client):
-            if a.steps <= 0:                                 # K_i = 0: a dropout (fedsum.md 3.6)
+            if a.steps <= 0:                                 # K_i = 0: a dropout (docs/algorithms/fedsum.md 3.6)
                 continue
             acc += a.vectors[0]                              # sum_{i in S^t} Delta_i^t
             self.states.put(Y, a.client, a.meta["y_new"])    # the client stored y_i <- y_i^{t+1}

@@ -1,5 +1,5 @@
 """FedUMF — B. Li, S. Chen, K. Yu, "Model Fusion from Unauthorized Clients in Federated
-Learning", Mathematics 2022, 10(20), 3751 (shared/specs/fedumf.md; cited as `Alg.1 Ln`, the
+Learning", Mathematics 2022, 10(20), 3751 (docs/algorithms/fedumf.md; cited as `Alg.1 Ln`, the
 spec's rules as [E1]-[E6], its choices as A1-A19).
 
 Every client receives the broadcast theta_t each round (Alg.1 L6-L7). Selected clients

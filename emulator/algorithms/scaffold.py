@@ -1,8 +1,8 @@
 """SCAFFOLD — S. P. Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
 Federated Learning", ICML 2020, Algorithm 1 with option II; as the FedSUM experiments run it
-(shared/specs/fedsum.md section 4, [ref-code]). Rounds: flemu's t is the spec's t - 1.
+(docs/algorithms/fedsum.md section 4, [ref-code]). Rounds: flemu's t is the spec's t - 1.
 
-Server state x, c (c^0 = 0); client state c_i (c_i^0 = 0: fedsum.md 4.1, a random start
+Server state x, c (c^0 = 0); client state c_i (c_i^0 = 0: docs/algorithms/fedsum.md 4.1, a random start
 leaks an offset into c under partial participation). Round t, client i in S^t:
     y <- y - eta_l^t (g(y) - c_i + c),  K_i steps from x^t         Alg. 1 line 10
     c_i^+ = c_i - c + (x^t - y_K) / (K_i eta_l^t)                   Alg. 1 line 12, option II
@@ -12,11 +12,11 @@ leaks an offset into c under partial participation). Round t, client i in S^t:
 Option II's c_i^+ equals the mean raw gradient of the client's K_i steps (substitute the
 update rule); we read that mean from the executor (`grad_mean`), which is the formula with
 K_i = the steps the client *actually* ran and eta_l^t the rate *actually* used in the round
-(two public-code traps of fedsum.md 4.1) and keeps float32 precision when eta_l is small.
+(two public-code traps of docs/algorithms/fedsum.md 4.1) and keeps float32 precision when eta_l is small.
 The correction covers trainable parameters only (BatchNorm statistics travel beside, never
 corrected). Delta c is added once per client with 1/N, not |S| times.
 
-`single_uplink: true` is SCALLION's form (Huang et al. 2023, fedsum.md 4): the client sends
+`single_uplink: true` is SCALLION's form (Huang et al. 2023, docs/algorithms/fedsum.md 4): the client sends
 delta_i = c_i^+ - c_i only; x^{t+1} = x^t - gamma^t (c + mean_{S^t} delta_i) with
 gamma^t = eta_g eta_l^t K; same iterates as option II, 2 down / 1 up.
 """

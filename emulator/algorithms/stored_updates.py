@@ -1,4 +1,4 @@
-"""Stored-update baselines of the FedSUM comparison (shared/specs/fedsum.md section 4):
+"""Stored-update baselines of the FedSUM comparison (docs/algorithms/fedsum.md section 4):
 the server keeps every client's latest model update u_i (a table of N rows, u_i^0 = 0, rows
 stored on first write) and steps with their mean, read from the table's exact running sum
 (docs/client-state.md): O(d) a round, the same bits whatever the order of the writes. Both in the form of the FedSUM experiments' code lineage ([ref-code],
@@ -11,14 +11,14 @@ Unavailability", NeurIPS 2021:
   (steps also when S^t is empty). The authors' code stores (y_K - x)/eta_t and steps with the
   current eta_t, and fills the table before the first step; a third public version averages
   only the filled entries. With a decaying lr these are different algorithms; this is the
-  lineage form (fedsum.md 4.1). Identical to the original for a constant lr.
+  lineage form (docs/algorithms/fedsum.md 4.1). Identical to the original for a constant lr.
 
 FedVARP — D. Jhunjhunwala et al., "FedVARP: Tackling the Variance Due to Partial Client
 Participation in Federated Learning", UAI 2022, Algorithm 1:
     if S^t != {}:  v = (1/N) sum_j u_j^{old} + (1/|S^t|) sum_{i in S^t} (Delta_i - u_i^{old})
                    u_i <- Delta_i (i in S^t);  x^{t+1} = x^t + eta_g v
     S^t = {}: no step (lineage code; the original would step with mean u_j).
-  The mean of the table is taken *before* this round's entries are replaced (fedsum.md 4.1).
+  The mean of the table is taken *before* this round's entries are replaced (docs/algorithms/fedsum.md 4.1).
 Rounds: flemu's round t is the spec's t - 1.
 """
 from __future__ import annotations

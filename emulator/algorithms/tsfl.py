@@ -1,11 +1,11 @@
-"""T-SFL aggregation rules under the `intervals` protocol (shared/specs/tsfl.md):
+"""T-SFL aggregation rules under the `intervals` protocol (docs/algorithms/tsfl.md):
 DMS (discriminative model selection, T-SFL Algorithm 1), the Corollary-1 optimal weights
 without filtering (`tsfl_optimal`), and the paper's synchronous "FedAsync" of footnote 2
 (`fedasync_interval`). FedAvg and FedProx under intervals are `fedavg` / `fedprox`.
 
 Source: Y. Shao et al., "Robust Model Aggregation for Heterogeneous Federated Learning:
 Analysis and Optimizations". Cited as `T-SFL Eq.(n)`, `T-SFL Alg.1 Ln`, our rules as
-`tsfl.md Dk [ours]`. Every client trains with plain SGD at a constant rate (tsfl.md A2).
+`docs/algorithms/tsfl.md Dk [ours]`. Every client trains with plain SGD at a constant rate (docs/algorithms/tsfl.md A2).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def heterogeneity_degree(tau) -> float:
 
 
 def dms_filter_probs(tau):
-    """T-SFL Eqs.(7)-(8), tsfl.md D2-D3: K = mean tau, H = max tau,
+    """T-SFL Eqs.(7)-(8), docs/algorithms/tsfl.md D2-D3: K = mean tau, H = max tau,
     P_i = (K - tau_i)/H for tau_i < K (exact integer test tau_i * n < sum tau), else 0."""
     tau = np.asarray(tau, np.int64)
     n, tot, H = len(tau), int(tau.sum()), int(tau.max()) if len(tau) else 0
@@ -40,7 +40,7 @@ def dms_filter_probs(tau):
 
 def slope(eta, L, G2, sigma2, n, H) -> float:
     """T-SFL Eq.(6) / Cor. 1: s = eta L (H - 1) G^2 / (2 N sigma^2), with max(H-1, 0) and
-    sigma^2 floored at 1e-12 (tsfl.md 3.2, 3.4)."""
+    sigma^2 floored at 1e-12 (docs/algorithms/tsfl.md 3.2, 3.4)."""
     return eta * L * max(H - 1, 0) * G2 / (2.0 * n * max(sigma2, 1e-12))
 
 
@@ -52,7 +52,7 @@ def _shifted(st: np.ndarray) -> np.ndarray:
 
 
 def waterfill(tau, s) -> np.ndarray:
-    """tsfl.md 3.3 / D7 [ours, A6]: rho_i = max(0, c + s tau_i) with c making sum rho = 1;
+    """docs/algorithms/tsfl.md 3.3 / D7 [ours, A6]: rho_i = max(0, c + s tau_i) with c making sum rho = 1;
     equals the Cor.-1 closed form 1/n + s (tau_i - mean tau) whenever that is >= 0. Any sign
     of s: the clients are taken in decreasing order of s tau_i (s < 0 favours small tau)."""
     tau = np.asarray(tau, float)
@@ -70,7 +70,7 @@ def waterfill(tau, s) -> np.ndarray:
 
 
 def capped_waterfill(tau, s, cap) -> np.ndarray:
-    """Def. 1.3's weight limit rho_i <= cap (= theta/N) on top of water-filling (tsfl.md 3.3,
+    """Def. 1.3's weight limit rho_i <= cap (= theta/N) on top of water-filling (docs/algorithms/tsfl.md 3.3,
     A7 `cap_theta` [ours]): rho_i = min(max(c + s tau_i, 0), cap) with the unique c making
     sum rho = 1 - the Euclidean projection of the Cor.-1 line onto the capped simplex. The
     excess above the cap flows to the uncapped clients, keeping the slope s between every
@@ -103,7 +103,7 @@ def theorem2_weights(tau, eta, L, theta, G2, sigma2, N, H, Gamma, D, F_hat) -> n
     general optimum rho_i* = [B D + (A Gamma + C tau_i) F] / [F 2 eta^2 N sigma^2], with
     A = eta {2L[eta L (1 + theta) - 1] + eta}, B = 2 eta L [1 - eta L (1 + theta)],
     C = eta^3 L (H - 1) G^2. Needs w*, Gamma, theta: a reference for consistency checks
-    (tsfl.md T9), never used in runs."""
+    (docs/algorithms/tsfl.md T9), never used in runs."""
     tau = np.asarray(tau, float)
     A = eta * (2 * L * (eta * L * (1 + theta) - 1) + eta)
     B = 2 * eta * L * (1 - eta * L * (1 + theta))
@@ -119,7 +119,7 @@ def affine_weights(tau, s) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- parameters
 class ConstantsParams(Params):
-    """How the slope s of Eq.(6) is obtained (tsfl.md 3.4, A8): its unknown constants L, G^2,
+    """How the slope s of Eq.(6) is obtained (docs/algorithms/tsfl.md 3.4, A8): its unknown constants L, G^2,
     sigma^2 estimated by probes or given, s itself given, or rho proportional to tau."""
     mode: Literal["estimate", "fixed", "slope", "proportional"] = Field(
         "estimate", description="estimate L, G2, sigma2 by gradient probes (concentrates the weight on the "
@@ -145,7 +145,7 @@ class ConstantsParams(Params):
 
 
 class TsflParams(Params):
-    lr: float = Field(gt=0, description="local learning rate eta (plain SGD, tsfl.md A2)")
+    lr: float = Field(gt=0, description="local learning rate eta (plain SGD, docs/algorithms/tsfl.md A2)")
     constants: ConstantsParams = Field(default_factory=ConstantsParams, description="L, G2, sigma2 of Eq.(6)")
     clip: Literal["waterfill", "none"] = Field("waterfill", description="negative Cor.-1 weights: water-fill (A6) or keep")
     cap_theta: Optional[float] = Field(
@@ -175,14 +175,14 @@ class _IntervalRule(Algorithm):
 
     def local_spec(self, client, t, received):
         # T-SFL Def. 1.2 / Eq.(1): w_{i,h+1} = w_{i,h} - eta g, from w_{i,0} = w^t
-        # plus, in the estimate mode of Eq.(6)'s constants, the gradient probes of tsfl.md 3.4
+        # plus, in the estimate mode of Eq.(6)'s constants, the gradient probes of docs/algorithms/tsfl.md 3.4
         return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr), probe=self.wants_probe())
 
     def wants_probe(self) -> bool:
         return False
 
     def upload(self, client, t, result):
-        # the probe scalars (tsfl.md 3.4) ride along with the model: "a few bytes", not counted
+        # the probe scalars (docs/algorithms/tsfl.md 3.4) ride along with the model: "a few bytes", not counted
         meta = {"probe": result.probe} if self.wants_probe() else {}
         return Upload([result.params], result=result, meta=meta)
 
@@ -201,7 +201,7 @@ class FedAsyncInterval(_IntervalRule):
         return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.p.lr, prox_mu=self.p.prox_rho))
 
     def aggregate(self, t, arrivals):
-        if not arrivals:                                   # tsfl.md A5: keep w^t
+        if not arrivals:                                   # docs/algorithms/tsfl.md A5: keep w^t
             return Aggregation()
         mean = torch.stack([a.vectors[0] for a in arrivals]).mean(0)
         self.x = self.p.gamma * self.x + (1 - self.p.gamma) * mean     # T-SFL fn. 2
@@ -209,7 +209,7 @@ class FedAsyncInterval(_IntervalRule):
 
 
 class TsflOptimal(_IntervalRule):
-    """Cor.-1 weights on every uploader, no filtering (tsfl.md 5.1(e) [ours]):
+    """Cor.-1 weights on every uploader, no filtering (docs/algorithms/tsfl.md 5.1(e) [ours]):
     rho_i = 1/n + s (tau_i - mean tau) on U^t (water-filled), s from Eq.(6)."""
 
     name = "tsfl_optimal"
@@ -221,7 +221,7 @@ class TsflOptimal(_IntervalRule):
     def wants_probe(self):
         return self.p.constants.mode == "estimate"
 
-    # tsfl.md 3.4: the constants of Eq.(6)
+    # docs/algorithms/tsfl.md 3.4: the constants of Eq.(6)
     def update_constants(self, arrivals):
         c = self.p.constants
         if c.mode != "estimate":
@@ -255,7 +255,7 @@ class TsflOptimal(_IntervalRule):
             return 1.0 / tot if tot > 0 else 0.0
         if c.mode == "fixed":
             return slope(self.p.lr, c.L, c.G2, c.sigma2, n_U, H)
-        if c.mode == "slope":                              # s given directly (tsfl.md 3.4 item 4)
+        if c.mode == "slope":                              # s given directly (docs/algorithms/tsfl.md 3.4 item 4)
             return float(c.s)
         if self.G2 is None:
             return 0.0
@@ -275,7 +275,7 @@ class TsflOptimal(_IntervalRule):
 
     def weight_info(self, rho, s, n_U) -> dict:
         """Per interval (metrics.csv): how many weighted clients kept a weight > 0, the largest
-        weight, the relative tilt s n_U of Eq.(6), and the cap in force (tsfl.md 4.2 D8)."""
+        weight, the relative tilt s n_U of Eq.(6), and the cap in force (docs/algorithms/tsfl.md 4.2 D8)."""
         info = {"weighted": int(np.count_nonzero(rho > 0)), "max_weight": float(np.max(rho)) if len(rho) else 0.0,
                 "slope_n": s * n_U}
         if self.p.cap_theta is not None:
@@ -298,7 +298,7 @@ class TsflOptimal(_IntervalRule):
 
 
 class DMS(TsflOptimal):
-    """DMS, T-SFL Algorithm 1 (tsfl.md 4.2, steps D1-D8). The filter (D1-D5) needs only the
+    """DMS, T-SFL Algorithm 1 (docs/algorithms/tsfl.md 4.2, steps D1-D8). The filter (D1-D5) needs only the
     candidates' tau, so it runs in `reads`: a filtered client's model is never read, and the
     lazy executor never trains it (its virtual time still counts)."""
 

@@ -1,5 +1,5 @@
 """Batched executor: many clients' local training as a few stacked tensor operations
-(DESIGN.md section 3, "Executor").
+(docs/architecture.md section 3, "Executor").
 
 Jobs that share a model, a local-rule kind and a batch shape are stacked as one [J, dim]
 parameter matrix, and each local step is one `vmap` over `grad` of `functional_call`.

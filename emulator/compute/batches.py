@@ -1,4 +1,4 @@
-"""Mini-batch indices of a job, from its own keyed stream (DESIGN.md section 3).
+"""Mini-batch indices of a job, from its own keyed stream (docs/architecture.md section 3).
 
 Epoch-style sampling: each pass over the client's samples is a fresh permutation cut into
 batches of `batch_size` (the last, partial batch is kept); passes repeat as long as steps

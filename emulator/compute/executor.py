@@ -1,4 +1,4 @@
-"""Executors: where real compute happens (DESIGN.md section 3, "Executor").
+"""Executors: where real compute happens (docs/architecture.md section 3, "Executor").
 
 `submit(job)` returns a `JobFuture` at once; nothing is computed until a value that needs
 the job is read (`lazy.resolve`), then `run(futures)` computes a whole level of needed jobs
@@ -77,7 +77,7 @@ class ExecutorStats:
     jobs_computed: int = 0
     steps_computed: int = 0
     grad_evals: int = 0          # real gradient computations of local steps (a probe's own step included)
-    probe_evals: int = 0         # extra gradients of probes (tsfl.md 3.4), not local steps
+    probe_evals: int = 0         # extra gradients of probes (docs/algorithms/tsfl.md 3.4), not local steps
 
 
 class Executor:
@@ -164,7 +164,7 @@ class Executor:
         return batch_plan(n, job.steps, job.batch_size, rng)
 
     def probe_batch(self, job: TrainJob) -> np.ndarray:
-        """The probe's independent batch g_b (tsfl.md 3.4), from its own keyed stream."""
+        """The probe's independent batch g_b (docs/algorithms/tsfl.md 3.4), from its own keyed stream."""
         n = len(self.job_rows(job))
         rng = self.streams.keyed("batches", job.client, job.round, job.task, job.tag, PROBE_KEY)
         return batch_plan(n, 1, job.batch_size, rng)[0]
@@ -252,7 +252,7 @@ class SequentialExecutor(Executor):
         for fut, job, res, why in zip(futures, jobs, results, whys):
             self.stats.grad_evals += res.steps
             if res.probe is not None:
-                self.stats.probe_evals += 2          # g_b and g_c (tsfl.md 3.4)
+                self.stats.probe_evals += 2          # g_b and g_c (docs/algorithms/tsfl.md 3.4)
             self._count(job, "sequential", why)
             fut._set(res)
             fut.job = None  # free start / anchor / correction references
@@ -323,7 +323,7 @@ class SequentialExecutor(Executor):
         return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng)
 
     def _probe(self, td, net, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
-        """tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
+        """docs/algorithms/tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
         idx = rows[torch.from_numpy(self.probe_batch(job)).to(rows.device)]
         gb = self._grad(net, w, td.x[idx], td.y[idx], buffers)
         gc = self._grad(net, w - lr * ga, xa, ya, buffers)

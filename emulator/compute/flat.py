@@ -1,4 +1,4 @@
-"""One model = one flat parameter vector (DESIGN.md section 3, "Parameters").
+"""One model = one flat parameter vector (docs/architecture.md section 3, "Parameters").
 
 `FlatModel` maps a flat vector to the module's named parameters (as views, so autograd
 through them yields the flat gradient) and runs the module functionally on it.

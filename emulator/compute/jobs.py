@@ -28,7 +28,7 @@ class LocalSpec:
     anchor: Optional[Vector] = None        # prox anchor; None = start
     correction: Optional[Vector] = None    # added to every gradient (SCAFFOLD / FedSUM)
     want_grad_mean: bool = False           # also return the mean raw gradient
-    probe: bool = False                    # also return gradient probes (tsfl.md 3.4)
+    probe: bool = False                    # also return gradient probes (docs/algorithms/tsfl.md 3.4)
     buffers: Optional[Vector] = None       # BatchNorm running statistics at the start (set by the
                                            # protocol for models with buffers; compute/flat.py)
     vectors: dict = field(default_factory=dict)   # named vectors the rule's pieces read
@@ -50,7 +50,7 @@ class TrainJob:
     batch_size: Optional[int]   # None = full batch (all the client's samples every step)
     tag: int = 0                # distinguishes several jobs of one (client, round, task)
     rows: Optional[np.ndarray] = None   # subset of the client's samples (local row numbers)
-                                        # this job trains on; None = all (tsfl.md 6.3, Case 3)
+                                        # this job trains on; None = all (docs/algorithms/tsfl.md 6.3, Case 3)
 
 
 @dataclass
@@ -67,7 +67,7 @@ PROBE_KEY = 1 << 20   # extra key of the probe batch's stream: ("batches", clien
 
 
 def probe_estimates(ga: torch.Tensor, gb: torch.Tensor, gc: torch.Tensor, lr: float) -> dict:
-    """tsfl.md 3.4: from g_a (first training batch at w^t), g_b (an independent batch at w^t)
+    """docs/algorithms/tsfl.md 3.4: from g_a (first training batch at w^t), g_b (an independent batch at w^t)
     and g_c (batch a again at w^t - lr g_a):
     G2 = (|g_a|^2 + |g_b|^2)/2, sigma2 = |g_a - g_b|^2/2, L = |g_c - g_a| / (lr |g_a|)
     (L is None when g_a = 0)."""
@@ -96,7 +96,7 @@ class JobFuture(Lazy):
 
     @property
     def probe(self):
-        """The probe scalars (tsfl.md 3.4), lazy; a separate one-step job, so reading them
+        """The probe scalars (docs/algorithms/tsfl.md 3.4), lazy; a separate one-step job, so reading them
         does not compute the whole training (DMS's filtered clients stay uncomputed)."""
         from .lazy import derived
         return None if self.probe_job is None else derived(lambda r: r.probe, self.probe_job)
@@ -105,7 +105,7 @@ class JobFuture(Lazy):
 # ---------------------------------------------------------------------------- cohorts
 @dataclass(eq=False)
 class CohortJob:
-    """The jobs of one round's clients that share one `LocalSpec` (a round job, DESIGN.md
+    """The jobs of one round's clients that share one `LocalSpec` (a round job, docs/architecture.md
     section 3): client `clients[i]` trains `steps[i]` local steps from `spec`. Each row is
     exactly the TrainJob (task, client, round, steps, spec, batch_size): the same batches from
     the same keyed stream, the same result, whichever executor runs it."""

@@ -62,7 +62,7 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
                data_key: Optional[int] = None) -> Task:
     """Model `index` of the run. Its data and partition are drawn from streams keyed by
     `data_key` (default `index`): workloads with the same dataset and partition blocks share
-    one key, so "the same task" trained as several models (multimodel.md A20) sees the same
+    one key, so "the same task" trained as several models (docs/algorithms/multimodel.md A20) sees the same
     client data, while each model keeps its own initialisation (keyed by `index`)."""
     key = index if data_key is None else data_key
     ds_entry = registry.get("dataset", wl.dataset.name)

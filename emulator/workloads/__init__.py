@@ -1,2 +1,2 @@
 """Workloads: datasets, how they are partitioned among clients, and the model zoo
-(shared/specs/workloads.md)."""
+(docs/algorithms/workloads.md)."""

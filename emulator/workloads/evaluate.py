@@ -43,7 +43,7 @@ class TrainAndTestEval:
 
 
 class QuadraticEval:
-    """F(w) = (1/N) sum_k F_k(w) and the gap F(w) - F(w*) (workloads.md 1.4)."""
+    """F(w) = (1/N) sum_k F_k(w) and the gap F(w) - F(w*) (docs/algorithms/workloads.md 1.4)."""
 
     def __init__(self, extra: dict):
         self.F, self.f_star, self.w_star = extra["F"], extra["f_star"], extra["w_star"]

@@ -1,4 +1,4 @@
-"""The model zoo (workloads.md section 3). vgg11 and resnet18 hold BatchNorm buffers
+"""The model zoo (docs/algorithms/workloads.md section 3). vgg11 and resnet18 hold BatchNorm buffers
 (running statistics, handled outside the parameter vector: compute/flat.py).
 
 Each factory takes its params and a `ModelContext` (input shape, classes, dataset extras)
@@ -141,7 +141,7 @@ def _conv_stack(in_ch, cfg, batchnorm):
 
 
 class CnnFmnist(nn.Module):
-    """T-SFL's F-MNIST network as tsfl.md 6.4 fixes it: [conv32, conv32, M, conv64, conv64, M,
+    """T-SFL's F-MNIST network as docs/algorithms/tsfl.md 6.4 fixes it: [conv32, conv32, M, conv64, conv64, M,
     conv128, conv128, M] (3x3 pad 1, ReLU) -> flatten 1152 -> FC(1152, 10); 297,962 params."""
 
     def __init__(self, in_ch, h, w, classes):
@@ -161,7 +161,7 @@ def cnn_fmnist(p, ctx):
 
 
 class Vgg11(nn.Module):
-    """CIFAR VGG11 (tsfl.md 6.4): [64,M,128,M,256,256,M,512,512,M,512,512,M], each 3x3 conv
+    """CIFAR VGG11 (docs/algorithms/tsfl.md 6.4): [64,M,128,M,256,256,M,512,512,M,512,512,M], each 3x3 conv
     -> BatchNorm -> ReLU, then FC(512, 10); 9,231,114 trainable params on 3x32x32."""
 
     def __init__(self, in_ch, classes):
@@ -190,7 +190,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """CIFAR-style ResNet-18 (tsfl.md 6.4): 3x3 stem, no stem pooling, basic blocks [2,2,2,2]
+    """CIFAR-style ResNet-18 (docs/algorithms/tsfl.md 6.4): 3x3 stem, no stem pooling, basic blocks [2,2,2,2]
     with 64-512 channels, BatchNorm, global average pool, FC(512, 10); 11,173,962 params."""
 
     def __init__(self, in_ch, classes):
@@ -221,7 +221,7 @@ def resnet18(p, ctx):
 
 class QuadraticModel(nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
-    F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (workloads.md 1.4;
+    F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (docs/algorithms/workloads.md 1.4;
     client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k)).
     A_k is stored as its nonzero q x q block at offset s_k (rows and columns s_k .. s_k + q - 1)."""
 
@@ -302,7 +302,7 @@ def count_params(module: nn.Module) -> int:
 
 def forward_macs(module: nn.Module, input_shape: tuple) -> int:
     """Multiply-accumulates of one forward pass of one sample, counted from Conv2d and
-    Linear layers (pooling and activations not counted, as workloads.md section 3)."""
+    Linear layers (pooling and activations not counted, as docs/algorithms/workloads.md section 3)."""
     macs = 0
     hooks = []
 

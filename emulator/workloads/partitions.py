@@ -1,4 +1,4 @@
-"""Partitions: how a centralised dataset is split among clients (workloads.md section 2).
+"""Partitions: how a centralised dataset is split among clients (docs/algorithms/workloads.md section 2).
 
 Every partitioner draws from the `partition` stream and returns one index array per
 client; sizes always sum to the number of training samples.

@@ -1,5 +1,5 @@
 """Running the FedSUM family and its baselines in the emulator on the spec's quadratic
-(fedsum.md section 8: N = 3, d = 2, f_i = 1/2 (x - b_i)^T A_i (x - b_i), x^0 = 0), float64,
+(docs/algorithms/fedsum.md section 8: N = 3, d = 2, f_i = 1/2 (x - b_i)^T A_i (x - b_i), x^0 = 0), float64,
 full-batch (exact) gradients, with a prescribed participation sequence replayed through the
 `round_trace` availability model and `select: all`; and the matching NumPy reference run of
 Appendix A. Spec rounds are 0-based: the emulator's round t is the spec's t - 1."""

@@ -1,4 +1,4 @@
-"""The NumPy reference of shared/specs/fedsum.md Appendix A, verbatim (deterministic,
+"""The NumPy reference of docs/algorithms/fedsum.md Appendix A, verbatim (deterministic,
 float64; spec rounds 0-based): the oracle of tests/test_fedsum*.py. Do not "fix" it here:
 it is the specification."""
 

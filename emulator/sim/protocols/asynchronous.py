@@ -1,4 +1,4 @@
-"""`async`: asynchronous FL (FedAsync, Xie et al.; tsfl.md 5.4).
+"""`async`: asynchronous FL (FedAsync, Xie et al.; docs/algorithms/tsfl.md 5.4).
 
 Every client loops on its own: download the current model (and its version), train its
 local steps, upload; the server merges each arrival the moment it lands (in arrival order;

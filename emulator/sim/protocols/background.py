@@ -1,5 +1,5 @@
 """Background training: clients that train without uploading, their result read rounds
-later (FedUMF's unselected clients, fedumf.md 2.6).
+later (FedUMF's unselected clients, docs/algorithms/fedumf.md 2.6).
 
 An unselected, online client downloads the round's broadcast and is busy for its compute
 time; it competes with nothing but its availability and never delays a round: over shared

@@ -1,9 +1,9 @@
-"""`intervals`: T-SFL's time-driven synchronous FL (shared/specs/tsfl.md section 2).
+"""`intervals`: T-SFL's time-driven synchronous FL (docs/algorithms/tsfl.md section 2).
 
 Interval t occupies [t0, t0 + delta). The server broadcasts w^t at t0 and aggregates at
 exactly t0 + delta (T-SFL section 3.1, Fig. 1). Each online client trains from w^t for as
 many local iterations as fit before it must start its upload so that the upload arrives by
-the interval's end (tsfl.md 2.3 [ours, A4], relative float guard 1e-9):
+the interval's end (docs/algorithms/tsfl.md 2.3 [ours, A4], relative float guard 1e-9):
 
     if d + u > delta (1 + eps):  tau = 0, not delivered (not in U^t)
     else:                        tau = max{k : d + sum_{j<=k} c_j + u <= delta (1 + eps)}
@@ -12,11 +12,11 @@ d, u: the client's nominal download and upload times (its own link's latency and
 bandwidth; over shared links or with jitter the real transfer may be slower, and an upload
 that then misses the interval's end is dropped as `late`); c_j: the j-th iteration's time.
 An iteration is one mini-batch step (`iteration: batch`) or one shuffled pass over the
-client's data (`iteration: epoch`, tsfl.md 2.2 A1); with the `iterations` compute model the
+client's data (`iteration: epoch`, docs/algorithms/tsfl.md 2.2 A1); with the `iterations` compute model the
 model gives tau directly. Iterations that would not finish are not started; no work carries
-over. With `min_iterations: m` only clients with tau > m upload (tsfl.md 5.2).
+over. With `min_iterations: m` only clients with tau > m upload (docs/algorithms/tsfl.md 5.2).
 
-Time-varying data (T-SFL Case 3, tsfl.md 6.3): with `data_sizes`, client i trains in
+Time-varying data (T-SFL Case 3, docs/algorithms/tsfl.md 6.3): with `data_sizes`, client i trains in
 interval t on a uniform random subset of its samples of size
 |D_i^t| = min(max(floor(N(mean_g, std_g)), 1), |D_i|), g = i mod len(mean) (A23), drawn from
 the `partition` stream keyed (client, t) (`redraw: once`: keyed (client, 0), one subset for
@@ -36,11 +36,11 @@ from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
 from .base import Gate, Protocol, closing_time, default_select
 
-EPS = 1e-9   # tsfl.md 2.3 relative float guard
+EPS = 1e-9   # docs/algorithms/tsfl.md 2.3 relative float guard
 
 
 class DataSizes(Params):
-    """T-SFL Case 3's time-varying |D_i^t| (tsfl.md 6.3): a subset of each client's pool."""
+    """T-SFL Case 3's time-varying |D_i^t| (docs/algorithms/tsfl.md 6.3): a subset of each client's pool."""
     mean: list[float] = Field(min_length=1, description="per data group g = client mod len: mean of |D_i^t|")
     std: list[float] = Field(min_length=1, description="per data group: standard deviation (A24)")
     redraw: Literal["per_interval", "once"] = Field("per_interval", description="a new subset every interval, or one for the run")
@@ -100,7 +100,7 @@ class Intervals(Protocol):
 
     @staticmethod
     def within(t0: float, d: float, dur: float, u: float, delta: float) -> float:
-        """The compute time, trimmed by at most the float guard (tsfl.md 2.3) so that the
+        """The compute time, trimmed by at most the float guard (docs/algorithms/tsfl.md 2.3) so that the
         upload SimPy schedules at ((t0 + d) + dur) + u is not an ulp past the close t0 + delta:
         tau was accepted because it fits, so it must also arrive."""
         close = t0 + delta
@@ -153,7 +153,7 @@ class Intervals(Protocol):
                 log.set_extra("n_samples", cid, len(rows), dtype=np.int64, default=0)
             log.record_sgd_steps(cid, tau * spi)
             if p.min_iterations is not None and tau <= p.min_iterations:
-                # not allowed to upload (tsfl.md 5.2): its work is never read, so never computed;
+                # not allowed to upload (docs/algorithms/tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts
                 log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
                 log.drop(cid, "min_iterations")

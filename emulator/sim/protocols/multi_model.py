@@ -1,4 +1,4 @@
-"""`multi_model`: M models trained at once on one client pool (shared/specs/multimodel.md;
+"""`multi_model`: M models trained at once on one client pool (docs/algorithms/multimodel.md;
 "Multi-Model Federated Learning with Provable Guarantees", Bhuyan, Moharir, Joshi).
 
 Round t (Alg. 1): the assignment (devices/assignment.py: `mfa_rand` Alg. 2, `mfa_rr` Alg. 3,
@@ -36,7 +36,7 @@ from .rounds import Wait, WaitAll
 
 
 class GainParams(Params):
-    """How the gain g = M T_1(eps) / T_P(M, eps) is read off a run (multimodel.md section 3)."""
+    """How the gain g = M T_1(eps) / T_P(M, eps) is read off a run (docs/algorithms/multimodel.md section 3)."""
     metric: str = Field("test_acc", description="metrics.csv column: gap, dist_to_opt, test_loss (lower is better) "
                                                 "or test_acc, full_train_acc (higher is better)")
     eps: Optional[Union[float, list[float]]] = Field(None, description="target of the metric (one per model, or one for all); none: no hitting times")
