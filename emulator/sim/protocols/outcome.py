@@ -9,8 +9,13 @@
   period): it never fires; a round waiting for it never closes (the run stalls).
 - `multicast_first`: which recipient's download counts a multicast broadcast's bytes: the
   first to arrive (ties: the first in selection order), as the process engine counts them.
+- `Outcomes` and `record_outcomes`: a round's participants, what became of each (when its
+  download, computation and upload ended; when and why it stopped), and the one function that
+  turns them into the round log's comm_time, compute_time, steps, bytes, messages and drops.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,3 +46,65 @@ def multicast_first(arrive: np.ndarray, received: np.ndarray):
     if not len(idx):
         return None
     return int(min(idx, key=lambda i: (arrive[i], i)))
+
+
+@dataclass
+class Outcomes:
+    """What became of a round's participants, one array entry each (struct of arrays).
+
+    `ids` the clients, `t0` when their work began, `steps` their planned local steps, `dur`
+    each computation's seconds, `floor` a lower bound on one step's seconds; `down`,
+    `compute`, `up`: when the download, the computation and the upload end (inf: never);
+    `at`: when the record is taken (the round's close, or when the client stopped); `stopped`:
+    the work was stopped at `at` (a piece that ended by then is done; the one in progress is
+    recorded part-way), with its `reason` ("late", "offline"); work neither stopped nor
+    arrived by `at` is still running (only its finished pieces are recorded)."""
+
+    ids: np.ndarray
+    t0: float
+    steps: np.ndarray
+    dur: np.ndarray
+    floor: np.ndarray
+    down: np.ndarray
+    compute: np.ndarray
+    up: np.ndarray
+    at: np.ndarray
+    stopped: np.ndarray
+    reason: object = "late"     # one reason for all, or one per participant
+
+
+def record_outcomes(log, o: Outcomes, messages, multicast: bool) -> np.ndarray:
+    """Write `o` into the round log `log`: comm_time, compute_time, steps, min_compute, bytes,
+    messages (`messages`: ((parameters, bytes) down, (parameters, bytes) up)), and the stopped
+    clients as dropped; a multicast broadcast's bytes once (`multicast_first`). Returns which
+    participants arrived (their upload ended by `at`)."""
+    (numel_down, bytes_down), (numel_up, bytes_up) = messages
+    t0, steps, at, stopped = o.t0, o.steps, o.at, o.stopped
+    with np.errstate(invalid="ignore"):      # inf - inf of a step that never ends: masked out
+        down_done, up_started, arrived = o.down <= at, o.compute <= at, o.up <= at
+        computing = down_done & ~up_started
+        comm = np.where(down_done, o.down - t0, np.where(stopped, at - t0, 0.0))
+        comm = np.where(arrived, comm + (o.up - o.compute),
+                        np.where(up_started & stopped, comm + (at - o.compute), comm))
+        elapsed = np.where(computing & stopped, at - o.down, 0.0)
+        partial = steps_done(steps, elapsed, o.dur)
+        rec_steps = np.where(up_started, steps, np.where(computing & stopped, partial, 0)).astype(np.int64)
+        rows = log.positions(o.ids)
+        log.comm_time[rows] = comm
+        log.steps[rows] = rec_steps
+        log.compute_time[rows] = np.where(up_started, o.dur, elapsed)
+        log.min_compute[rows] = np.where(up_started | (computing & stopped), rec_steps * o.floor, 0.0)
+    down_bytes = np.where(down_done, bytes_down, 0)
+    downs = int(down_done.sum())
+    if multicast:                            # counted once, at the first arrival
+        first = multicast_first(o.down, down_done)
+        down_bytes = np.zeros(len(o.ids), dtype=np.int64)
+        if first is not None:
+            down_bytes[first] = bytes_down
+        downs = int(first is not None)
+    log.bytes_down[rows] = down_bytes
+    log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
+    log.messages.extend([(numel_down, bytes_down, "down")] * downs + [(numel_up, bytes_up, "up")] * int(arrived.sum()))
+    for i in np.flatnonzero(stopped & ~arrived):
+        log.drop(int(o.ids[i]), o.reason if isinstance(o.reason, str) else o.reason[i])
+    return arrived

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .cohort import submit_cohort
-from .outcome import multicast_first, never_ends, steps_done
+from .outcome import Outcomes, never_ends, record_outcomes
 from .round_times import round_times
 
 
@@ -43,6 +43,12 @@ class Ends:
         self.down = t0 + d
         self.compute = np.where(dur > 0, self.down + dur, self.down)
         self.up = self.compute + u
+
+    def outcomes(self, at: float, stopped: bool) -> Outcomes:
+        """Their outcomes recorded at `at`: stopped there ("late") or still running."""
+        n = len(self.ids)
+        return Outcomes(self.ids, self.t0, self.steps, self.dur, self.floor, self.down, self.compute, self.up,
+                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at))
 
 
 def close_time(wait, ends: Ends) -> float:
@@ -80,9 +86,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     items = _jobs(proto, task, t, bc, ends, close, arrived, order)
     if close > ends.t0:
         yield at_time(env, close)
-    _record(proto, task, log, ends, close, arrived)
-    for i in np.flatnonzero(~arrived):
-        log.drop(int(ids[i]), "late")
+    record_outcomes(log, ends.outcomes(close, True), proto.messages(task), proto.multicast)
     return items
 
 
@@ -107,41 +111,11 @@ def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
     return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
 
 
-def _record(proto, task, log, ends: Ends, close: float, arrived) -> None:
-    """The log, as the pieces and a stop write it (inf - inf of a never-ending step: masked out)."""
-    (numel_down, bytes_down), (numel_up, bytes_up) = proto.messages(task)
-    t0, steps = ends.t0, ends.steps
-    old = np.seterr(invalid="ignore")
-    down_done, up_started = ends.down <= close, ends.compute <= close
-    computing = down_done & ~up_started
-    comm = np.where(down_done, ends.down - t0, close - t0)
-    comm = np.where(arrived, comm + (ends.up - ends.compute), np.where(up_started, comm + (close - ends.compute), comm))
-    elapsed = np.where(computing, close - ends.down, 0.0)
-    partial = steps_done(steps, elapsed, ends.dur)
-    rec_steps = np.where(up_started, steps, np.where(computing, partial, 0)).astype(np.int64)
-    rows = log.positions(ends.ids)
-    log.comm_time[rows] = comm
-    log.steps[rows] = rec_steps
-    log.compute_time[rows] = np.where(up_started, ends.dur, np.where(computing, elapsed, 0.0))
-    log.min_compute[rows] = rec_steps * ends.floor
-    down_bytes = np.where(down_done, bytes_down, 0)
-    first = multicast_first(ends.down, down_done) if proto.multicast else None
-    if first is not None:                # counted once, at the first arrival
-        down_bytes = np.zeros(len(ends.ids), dtype=np.int64)
-        down_bytes[first] = bytes_down
-    log.bytes_down[rows] = down_bytes
-    log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
-    log.messages.extend([(numel_down, bytes_down, "down")] * int((down_bytes > 0).sum())
-                        + [(numel_up, bytes_up, "up")] * int(arrived.sum()))
-    np.seterr(**old)
-
-
 def _never_closes(proto, task, t, log, bc, ends: Ends):
     """A round that waits for a client whose computation never ends: everyone else's work is
     recorded as it happens, then the round waits on an event that never fires (the run stalls,
     as under the process engine)."""
     env, algo = proto.env, task.algorithm
-    (numel_down, bytes_down), (numel_up, bytes_up) = proto.messages(task)
     ids, steps, t0 = ends.ids, ends.steps, ends.t0
     fin = np.isfinite(ends.up)
     for i, c in enumerate(ids.tolist()):     # every download ends; finite computations and uploads too
@@ -151,14 +125,6 @@ def _never_closes(proto, task, t, log, bc, ends: Ends):
     last = float(np.max(np.where(fin, ends.up, ends.down)))
     if last > t0:
         yield at_time(env, last)
-    rows = log.positions(ids)
-    with np.errstate(invalid="ignore"):        # up - compute is inf - inf where a step never ends
-        log.comm_time[rows] = np.where(fin, (ends.down - t0) + (ends.up - ends.compute), ends.down - t0)
-    log.steps[rows] = np.where(fin, steps, 0)
-    log.compute_time[rows] = np.where(fin, ends.dur, 0.0)
-    log.min_compute[rows] = np.where(fin, steps * ends.floor, 0.0)
-    log.bytes_down[rows] = bytes_down
-    log.bytes_up[rows] = np.where(fin, bytes_up, 0)
-    log.messages.extend([(numel_down, bytes_down, "down")] * len(ids) + [(numel_up, bytes_up, "up")] * int(fin.sum()))
+    record_outcomes(log, ends.outcomes(last, False), proto.messages(task), proto.multicast)
     yield never_ends(env)
     return []
