@@ -8,12 +8,11 @@ from emulator.compute.executor import ClientRows, SequentialExecutor, TaskData
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob, probe_estimates
 from emulator.rng import Streams
+from emulator.workloads.models import DirectLoss
 
 
-class HalfSquare(nn.Module):
-    """f(w; x) = 1/2 a w^2 - x w  (1-D; a sample's x is noise), loss 'direct'."""
-
-    loss = "direct"
+class HalfSquare(DirectLoss, nn.Module):
+    """f(w; x) = 1/2 a w^2 - x w  (1-D; a sample's x is noise), a DirectLoss."""
 
     def __init__(self, a):
         super().__init__()

@@ -220,12 +220,15 @@ def resnet18(p, ctx):
     return ResNet18(ctx.input_shape[0], ctx.num_classes)
 
 
-class ClosedFormLoss(abc.ABC):
+class DirectLoss:
+    """A model whose forward returns the per-sample losses themselves (the training loss is
+    their mean; no labels, no cross-entropy). Any other model returns class logits."""
+
+
+class ClosedFormLoss(DirectLoss, abc.ABC):
     """A model whose batch loss and gradient have a closed form: `FlatModel.loss_and_grad`
     calls `loss_and_grad(w, x)` (under no_grad) instead of autograd (unless the model has
-    BatchNorm buffers). Its forward returns per-sample losses (`loss = "direct"`)."""
-
-    loss = "direct"
+    BatchNorm buffers). Its forward returns per-sample losses (a `DirectLoss`)."""
 
     @abc.abstractmethod
     def loss_and_grad(self, w: torch.Tensor, x: torch.Tensor) -> tuple:
@@ -304,7 +307,8 @@ def quadratic_model(p, ctx):
 
 
 def loss_kind(module: nn.Module) -> str:
-    return getattr(module, "loss", "cross_entropy")
+    """"direct" for a `DirectLoss` model (forward = per-sample losses), else "cross_entropy"."""
+    return "direct" if isinstance(module, DirectLoss) else "cross_entropy"
 
 
 def count_params(module: nn.Module) -> int:
