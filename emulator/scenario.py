@@ -31,7 +31,7 @@ from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
 from .tags import TAGGED as _TAGGED
 from .tags import tag_key as _tag_key
 from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
-from .validation_errors import explain, format_path  # noqa: F401  (format_path: re-exported)
+from .validation_errors import explain, format_path, remember_known_names  # noqa: F401  (format_path: re-exported)
 
 
 def _shorthand(kind: str):
@@ -172,7 +172,7 @@ def schema() -> type:
     if S is None:
         _SCHEMA.clear()
         S = _SCHEMA[g] = _build_schema()
-        S.__known_names__ = {k: sorted(registry.table(k)) for k in registry.KINDS}
+        remember_known_names(S)
     return S
 
 

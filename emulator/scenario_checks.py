@@ -30,8 +30,8 @@ def cross_check(sc) -> list:
     if proto not in algo.supports:
         problems.append(("algorithm.name", f"algorithm {sc.algorithm.name!r} does not run under protocol.name "
                                            f"{proto!r}; it supports: {', '.join(sorted(algo.supports))}"))
-    if sc.workloads is not None and not getattr(registry.get("protocol", proto).factory, "multi_model", False):
-        multi = sorted(n for n, e in registry.table("protocol").items() if getattr(e.factory, "multi_model", False))
+    if sc.workloads is not None and not registry.get("protocol", proto).factory.multi_model:
+        multi = sorted(n for n, e in registry.table("protocol").items() if e.factory.multi_model)
         allowed = f"protocols that train several models: {', '.join(multi)}" if multi else \
             "no protocol trains several models yet"
         problems.append(("workloads", f"{len(sc.workloads)} workloads given, but protocol.name {proto!r} trains one "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import reprlib
 import typing
+import weakref
 from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
@@ -162,10 +163,24 @@ def _unknown_tag(S, ctx, path) -> tuple:
     return (f"{path}.{key}" if path else key), f"unknown {what} {name!r}; known: {', '.join(known)}{_closest(name, known)}"
 
 
+_BUILT_WITH: "weakref.WeakKeyDictionary[type, dict]" = weakref.WeakKeyDictionary()
+
+
+def remember_known_names(S: type) -> None:
+    """Record the registry's names of every kind as the Scenario model `S` is built with them."""
+    _BUILT_WITH[S] = {k: sorted(registry.table(k)) for k in registry.KINDS}
+
+
+def known_names(S: type) -> Optional[dict]:
+    """kind -> the names the Scenario model `S` was built with; None: `S` is not a built
+    Scenario model (a part of one)."""
+    return _BUILT_WITH.get(S)
+
+
 def _known(S, kind: str) -> list:
     """The names of `kind` the schema `S` was built with (so an error never lists a name as
     known that the schema refused); the registry's for a part of a schema."""
-    names = getattr(S, "__known_names__", None)
+    names = known_names(S)
     if names is not None:
         return names.get(kind, [])
     return sorted(registry.table(kind)) if kind in registry.KINDS else []

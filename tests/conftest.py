@@ -81,3 +81,22 @@ def run_in(tmp_path):
     def _run(sc, name="run", **kw):
         return emulator.run(copy.deepcopy(sc), out=tmp_path / name, **kw)
     return _run
+
+
+def executor_on_random_data(cls, net, input_shape, sizes, params=None, classes=10):
+    """An executor of class `cls` for one task: the flat model `net`, len(sizes) clients owning
+    consecutive rows of random float64 inputs of `input_shape` and labels in 0..classes-1
+    (generator seed 1), on the CPU."""
+    import numpy as np
+
+    from emulator.compute.executor import ClientRows, TaskData
+    from emulator.rng import Streams
+
+    cpu = torch.device("cpu")
+    g = torch.Generator().manual_seed(1)
+    n = sum(sizes)
+    x = torch.randn(n, *input_shape, generator=g, dtype=torch.float64)
+    y = torch.randint(0, classes, (n,), generator=g)
+    off = np.cumsum([0] + list(sizes))
+    rows = ClientRows([np.arange(a, b) for a, b in zip(off[:-1], off[1:])], cpu)
+    return cls({0: TaskData(net, x, y, rows)}, Streams(0), cpu, params)

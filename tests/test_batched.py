@@ -12,10 +12,9 @@ from emulator.compute.executor import SequentialExecutor, SequentialParams, Task
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob
 from emulator.compute.lazy import derived, force, resolve
-from emulator.rng import Streams
 from emulator.workloads import models
 
-from conftest import tiny
+from conftest import executor_on_random_data, tiny
 
 CPU = torch.device("cpu")
 SIZES = [30, 45, 23, 52]          # uneven: partial last batches of an epoch (batch 8)
@@ -30,13 +29,7 @@ MODELS = {
 def make_executor(cls, model, params=None):
     torch.manual_seed(0)
     net = FlatModel(MODELS[model](), CPU, torch.float64)
-    g = torch.Generator().manual_seed(1)
-    n = sum(SIZES)
-    x = torch.randn(n, *CTX.input_shape, generator=g, dtype=torch.float64)
-    y = torch.randint(0, 10, (n,), generator=g)
-    off = np.cumsum([0] + SIZES)
-    rows = [torch.arange(a, b) for a, b in zip(off[:-1], off[1:])]
-    return cls({0: TaskData(net, x, y, rows)}, Streams(0), CPU, params), net
+    return executor_on_random_data(cls, net, CTX.input_shape, SIZES, params), net
 
 
 def _corrections(dim):
@@ -267,3 +260,20 @@ def test_workers_through_the_emulator_same_metrics(run_in):
     got = run_in({**sc, "executor": {"name": "auto", "dtype": "float64", "workers": 2}}, "auto2")
     assert got.metrics.drop(columns="wall_time").equals(ref.metrics.drop(columns="wall_time"))
     assert np.array_equal(np.load(got.run_dir / "model.npy"), np.load(ref.run_dir / "model.npy"))
+
+
+def test_executors_read_their_declared_params():
+    """Each executor reads the options of its declared `params_type` (no attribute probing):
+    chunk and workers as given, its defaults when none is given, a TypeError for another
+    executor's options; TaskData takes ClientRows only."""
+    ex = make_executor(BatchedExecutor, "logreg", BatchedParams(chunk=3, workers=2))[0]
+    assert (ex.chunk, ex.workers) == (3, 2)
+    ex = make_executor(AutoExecutor, "logreg", AutoParams(chunk=5, min_jobs=4))[0]
+    assert (ex.chunk, ex.rule.min_jobs) == (5, 4)
+    assert make_executor(BatchedExecutor, "logreg")[0].chunk == 256
+    assert make_executor(SequentialExecutor, "logreg", SequentialParams(workers=3))[0].workers == 3
+    with pytest.raises(TypeError, match="BatchedExecutor reads BatchedParams, not SequentialParams"):
+        make_executor(BatchedExecutor, "logreg", SequentialParams(workers=2))
+    net = make_executor(SequentialExecutor, "logreg")[1]
+    with pytest.raises(TypeError, match="client_rows must be a ClientRows, not list"):
+        TaskData(net, torch.zeros(2, 1), torch.zeros(2), [torch.arange(2)])

@@ -37,6 +37,7 @@ def test_workloads_under_a_single_model_protocol_is_refused(proto):
     (path, msg), = problems_of(sc)
     assert path == "workloads"
     assert "protocol.name" in msg and repr(proto["name"]) in msg and "2 workloads" in msg
+    assert msg.endswith("protocols that train several models: multi_model")   # those declaring multi_model
 
 
 # --------------------------------------------------------------------------- async with dropouts

@@ -1,7 +1,8 @@
 """Laziness: a job whose result is never read is never computed; dependencies resolve first."""
+import numpy as np
 import torch
 
-from emulator.compute.executor import SequentialExecutor, TaskData
+from emulator.compute.executor import ClientRows, SequentialExecutor, TaskData
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob
 from emulator.compute.lazy import derived, resolve
@@ -13,7 +14,7 @@ def make_exec():
     net = FlatModel(torch.nn.Linear(4, 3), torch.device("cpu"), torch.float32)
     x = torch.randn(40, 4)
     y = torch.randint(0, 3, (40,))
-    rows = [torch.arange(i * 10, (i + 1) * 10) for i in range(4)]
+    rows = ClientRows([np.arange(i * 10, (i + 1) * 10) for i in range(4)], torch.device("cpu"))
     return SequentialExecutor({0: TaskData(net, x, y, rows)}, Streams(0), torch.device("cpu")), net
 
 

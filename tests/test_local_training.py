@@ -19,17 +19,16 @@ from torch.func import functional_call, grad, vmap
 import emulator
 from emulator.algorithms.fedavg import FedAvg, FedAvgParams
 from emulator.compute.batched import AutoExecutor, AutoParams, BatchedExecutor
-from emulator.compute.executor import SequentialExecutor, TaskData
+from emulator.compute.executor import SequentialExecutor
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalSpec, TrainJob
 from emulator.compute.lazy import resolve
 from emulator.compute.pieces import ClipNorm, ClipPerSample, GaussianNoise, LossTerm, ProxTerm
 from emulator.compute.training import LocalRule, OptimizerRule, TrainFunction
 from emulator.registry import register
-from emulator.rng import Streams
 from emulator.workloads import models
 
-from conftest import quadratic_scenario, tiny
+from conftest import executor_on_random_data, quadratic_scenario, tiny
 
 CPU = torch.device("cpu")
 SIZES = [30, 45, 23, 52]          # uneven: partial last batches (batch 8)
@@ -51,13 +50,7 @@ def make_executor(cls=SequentialExecutor, model="logreg", params=None):
     module = (models.logreg(models.LogRegParams(), CTX) if model == "logreg"
               else models.mlp(models.MlpParams(hidden=16), CTX))
     net = FlatModel(module, CPU, torch.float64)
-    g = torch.Generator().manual_seed(1)
-    n = sum(SIZES)
-    x = torch.randn(n, *CTX.input_shape, generator=g, dtype=torch.float64)
-    y = torch.randint(0, 10, (n,), generator=g)
-    off = np.cumsum([0] + SIZES)
-    rows = [torch.arange(a, b) for a, b in zip(off[:-1], off[1:])]
-    return cls({0: TaskData(net, x, y, rows)}, Streams(0), CPU, params), net
+    return executor_on_random_data(cls, net, CTX.input_shape, SIZES, params), net
 
 
 @dataclass(frozen=True)

@@ -182,13 +182,37 @@ def test_registered_after_the_schema_was_built_is_valid(tmp_path):
 
 def test_unknown_name_never_lists_itself():
     from emulator import scenario
+    from emulator.validation_errors import known_names
     S = scenario.schema()
     with pytest.raises(emulator.ScenarioError) as e:
         scenario.load(quadratic_scenario(algo="fedavgx"))
     msg = str(e.value)
     assert "did you mean 'fedavg'" in msg
     known = msg.split("known: ")[1].split(";")[0].split(", ")
-    assert known == S.__known_names__["algorithm"] and "fedavgx" not in known
+    assert known == known_names(S)["algorithm"] and "fedavgx" not in known
+
+
+def test_an_error_lists_the_names_its_schema_was_built_with():
+    """A name registered after a schema was built is not listed by that schema's errors (it
+    would refuse it); the rebuilt schema lists it."""
+    from pydantic import ValidationError
+
+    from emulator import registry, scenario
+    from emulator.api import FedAvg, FedAvgParams, register
+    from emulator.validation_errors import explain
+    S = scenario.schema()
+    raw = quadratic_scenario(algo="fedavgx")
+    with pytest.raises(ValidationError) as e:
+        S.model_validate(raw)
+    register("algorithm", "fedavgy", FedAvgParams, "FedAvg registered late")(type("FedAvgY", (FedAvg,), {}))
+    try:
+        (path, msg), = explain(e.value, raw, S)
+        assert path == "algorithm.name" and "unknown algorithm 'fedavgx'" in msg and "fedavgy" not in msg
+        with pytest.raises(emulator.ScenarioError, match="fedavgy"):     # the rebuilt schema knows it
+            scenario.load(raw)
+    finally:
+        del registry._TABLES["algorithm"]["fedavgy"]
+        registry._generation += 1
 
 
 def test_sweep_with_two_workers_runs_plugins_named_both_ways(tmp_path, reference):

@@ -4,16 +4,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from emulator.compute.executor import SequentialExecutor, TaskData
+from emulator.compute.executor import ClientRows, SequentialExecutor, TaskData
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob, probe_estimates
 from emulator.rng import Streams
+from emulator.workloads.models import DirectLoss
 
 
-class HalfSquare(nn.Module):
-    """f(w; x) = 1/2 a w^2 - x w  (1-D; a sample's x is noise), loss 'direct'."""
-
-    loss = "direct"
+class HalfSquare(DirectLoss, nn.Module):
+    """f(w; x) = 1/2 a w^2 - x w  (1-D; a sample's x is noise), a DirectLoss."""
 
     def __init__(self, a):
         super().__init__()
@@ -30,7 +29,7 @@ def test_T20_secant_curvature_of_a_1d_quadratic_is_exact():
     torch.manual_seed(0)
     x = torch.randn(64, 1, dtype=torch.float64)
     y = torch.zeros(64, dtype=torch.long)
-    ex = SequentialExecutor({0: TaskData(net, x, y, [torch.arange(64)])}, Streams(3), torch.device("cpu"))
+    ex = SequentialExecutor({0: TaskData(net, x, y, ClientRows([np.arange(64)], torch.device("cpu")))}, Streams(3), torch.device("cpu"))
     spec = LocalSpec(net.initial_vector(), LocalRule(lr=0.05), probe=True)
     fut = ex.submit(TrainJob(0, 0, 1, 4, spec, 8))
     probe = fut.probe.value()                      # a one-step job: training not computed yet
@@ -41,7 +40,7 @@ def test_T20_secant_curvature_of_a_1d_quadratic_is_exact():
     res = fut.value()
     assert res.probe is None and ex.stats.grad_evals == 5 and ex.stats.steps_computed == 4
     # the probe does not change the training itself
-    ex2 = SequentialExecutor({0: TaskData(net, x, y, [torch.arange(64)])}, Streams(3), torch.device("cpu"))
+    ex2 = SequentialExecutor({0: TaskData(net, x, y, ClientRows([np.arange(64)], torch.device("cpu")))}, Streams(3), torch.device("cpu"))
     plain = ex2.submit(TrainJob(0, 0, 1, 4, LocalSpec(net.initial_vector(), LocalRule(lr=0.05)), 8)).value()
     assert torch.equal(plain.params, res.params)
 

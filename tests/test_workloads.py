@@ -188,3 +188,47 @@ def test_quadratic_closed_form_gradient_with_noise_samples_matches_autograd():
     lc, gc = m.loss_and_grad(w, x)
     np.testing.assert_allclose(gc.numpy(), g.numpy(), rtol=1e-12, atol=1e-12)
     assert float(lc) == pytest.approx(float(loss.detach()), rel=1e-12)
+
+
+class _HalfSquare(M.DirectLoss, torch.nn.Module):
+    """f(w; x) = 1/2 ||w||^2 - x . w per sample (forward: per-sample losses); `loss_and_grad`
+    is its exact closed form, and counts its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.5, -1.0], dtype=torch.float64))
+        self.calls = 0
+
+    def forward(self, x):
+        return 0.5 * (self.w ** 2).sum() - x @ self.w
+
+    def loss_and_grad(self, w, x):
+        self.calls += 1
+        return 0.5 * (w ** 2).sum() - (x @ w).mean(), w - x.mean(0)
+
+
+class _DeclaredHalfSquare(_HalfSquare, M.ClosedFormLoss):
+    pass
+
+
+def test_closed_form_gradient_is_used_only_when_declared():
+    """FlatModel uses a model's closed-form gradient when the model declares ClosedFormLoss
+    (the quadratic does), and autograd otherwise, even if a same-named method exists; a
+    model's forward is per-sample losses when it declares DirectLoss, else logits."""
+    from emulator.compute.flat import FlatModel
+    x = torch.tensor([[1.0, 2.0], [3.0, -2.0]], dtype=torch.float64)
+    w = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    exact = (0.5 * 0.625 - 0.5, [0.25 - 2.0, 0.75 - 0.0])     # mean x = (2, 0); mean x . w = (1.75 - 0.75) / 2
+    for cls, closed_calls in ((_DeclaredHalfSquare, 1), (_HalfSquare, 0)):
+        net = FlatModel(cls(), torch.device("cpu"), torch.float64)
+        loss, g = net.loss_and_grad(w, x, None)
+        assert net.module.calls == closed_calls, cls.__name__
+        assert float(loss) == pytest.approx(exact[0], rel=1e-15)
+        np.testing.assert_allclose(g.numpy(), exact[1], rtol=1e-15)
+    assert M.loss_kind(_HalfSquare()) == "direct" and M.loss_kind(M.QuadraticModel(
+        np.ones((1, 1, 1)), np.zeros(1), np.zeros((1, 1)), 0.0)) == "direct"
+    undeclared = torch.nn.Linear(2, 2)
+    undeclared.loss = "direct"                 # an attribute is no declaration: logits
+    assert M.loss_kind(undeclared) == "cross_entropy"
+    assert FlatModel(M.QuadraticModel(np.ones((1, 1, 1)), np.zeros(1), np.zeros((1, 1)), 0.0),
+                     torch.device("cpu"), torch.float64).closed_form

@@ -71,10 +71,11 @@ class BatchedExecutor(SequentialExecutor):
     """Stacks jobs with `group_key` and runs their steps together (see module doc)."""
 
     name = "batched"
+    params_type = BatchedParams
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
-        self.chunk = getattr(params, "chunk", None) or BatchedParams.model_fields["chunk"].default
+        self.chunk = self.params.chunk
         if self.name == "batched":
             stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
             if stateful:
@@ -140,8 +141,7 @@ class BatchedExecutor(SequentialExecutor):
 
     # -- the stacked loop ----------------------------------------------------------------
     def _host_rows(self, job) -> np.ndarray:
-        cr = self.tasks[job.task].client_rows
-        rows = cr.host(job.client) if hasattr(cr, "host") else cr[job.client].cpu().numpy()
+        rows = self.tasks[job.task].client_rows.host(job.client)
         return rows if job.rows is None else rows[np.asarray(job.rows, dtype=np.int64)]
 
     def _indices(self, jobs, S):
@@ -279,10 +279,11 @@ class AutoExecutor(BatchedExecutor):
     """Per group of stackable jobs, batched or sequential by `auto_batches`."""
 
     name = "auto"
+    params_type = AutoParams
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
-        self.rule = params if isinstance(params, AutoParams) else AutoParams()
+        self.rule = self.params
         self._macs = {}
 
     def default_workers(self) -> int:

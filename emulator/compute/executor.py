@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass, replace
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
@@ -33,6 +33,25 @@ from .paths import PROBE_KIND, PathLog
 from .threads import JobThreads
 from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
 from .user_training import JobBatches, OptimizerSteps, train_function
+
+
+class ExecutorParams(Params):
+    device: str = Field("auto", description="auto | cpu | cuda[:n]")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
+    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on one torch "
+                                   "thread (default: 1; auto: the torch threads)")
+    dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError("must be auto, cpu, cuda or cuda:<n>")
+        return v
+
+
+class SequentialParams(ExecutorParams):
+    pass
 
 
 class ClientRows:
@@ -67,7 +86,11 @@ class TaskData:
     net: FlatModel
     x: torch.Tensor
     y: torch.Tensor
-    client_rows: "ClientRows"    # per client: LongTensor of rows into x / y (on device), made lazily
+    client_rows: ClientRows      # per client: LongTensor of rows into x / y (on device), made lazily
+
+    def __post_init__(self):
+        if not isinstance(self.client_rows, ClientRows):
+            raise TypeError(f"TaskData.client_rows must be a ClientRows, not {type(self.client_rows).__name__}")
 
 
 @dataclass
@@ -82,12 +105,20 @@ class ExecutorStats:
 
 class Executor:
     name = "?"
+    #: the options this executor reads (the Params it is registered with, or a base of it);
+    #: an executor given none runs on this class's defaults
+    params_type: ClassVar[type[ExecutorParams]] = ExecutorParams
 
-    def __init__(self, tasks: dict, streams, device: torch.device, params=None):
+    def __init__(self, tasks: dict, streams, device: torch.device, params: Optional[ExecutorParams] = None):
         self.tasks = tasks
         self.streams = streams
         self.device = device
-        self.params = params          # the scenario's executor block (None: defaults)
+        if params is None:
+            params = self.params_type()
+        elif not isinstance(params, self.params_type):
+            raise TypeError(f"{type(self).__name__} reads {self.params_type.__name__}, "
+                            f"not {type(params).__name__}")
+        self.params = params          # the scenario's executor block
         self.stats = ExecutorStats()
         self.paths = PathLog()        # which path each job kind took, and why (summary.json)
 
@@ -225,12 +256,13 @@ class SequentialExecutor(Executor):
     """The reference: one job after another, one step after another."""
 
     name = "sequential"
+    params_type = SequentialParams
     #: why a job ran on the loop (summary.json executor_paths)
     LOOP_WHY = "sequential executor: one job after another"
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
-        w = getattr(params, "workers", None)
+        w = self.params.workers
         self.workers = w if w is not None else self.default_workers()
         self._threads = JobThreads(self.workers) if self.workers > 1 and device.type == "cpu" else None
 
@@ -334,25 +366,6 @@ class SequentialExecutor(Executor):
         """A gradient on the side (probes): BatchNorm statistics are updated on a throwaway copy."""
         bufs = None if buffers is None else force(buffers).detach().clone()
         return net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
-
-
-class ExecutorParams(Params):
-    device: str = Field("auto", description="auto | cpu | cuda[:n]")
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
-    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on one torch "
-                                   "thread (default: 1; auto: the torch threads)")
-    dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v):
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
-            raise ValueError("must be auto, cpu, cuda or cuda:<n>")
-        return v
-
-
-class SequentialParams(ExecutorParams):
-    pass
 
 
 register("executor", "sequential", SequentialParams,

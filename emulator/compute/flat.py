@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from ..workloads.models import loss_kind
+from ..workloads.models import ClosedFormLoss, loss_kind
 
 
 def _layout(named):
@@ -45,6 +45,8 @@ class FlatModel:
         self._b0 = (torch.cat([b.detach().reshape(-1) for _, b in float_buffers]).clone()
                     if float_buffers else None)
         self.loss = loss_kind(module)
+        # the module's own closed-form gradient replaces autograd (not with BatchNorm buffers)
+        self.closed_form = isinstance(module, ClosedFormLoss) and not self.has_buffers
 
     def replica(self) -> "FlatModel":
         """The same model on its own module (for a second thread: `functional_call` swaps a
@@ -88,11 +90,10 @@ class FlatModel:
     def loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                       buffers: Optional[torch.Tensor] = None) -> tuple:
         """(mean loss, its gradient at w) of a training batch: the module's own closed form
-        when it has one (the quadratic: `loss_and_grad(w, x)`), else autograd."""
-        closed = getattr(self.module, "loss_and_grad", None)
-        if closed is not None and not self.has_buffers:
+        when it declares one (`ClosedFormLoss`: the quadratic), else autograd."""
+        if self.closed_form:
             with torch.no_grad():
-                return closed(w, x)
+                return self.module.loss_and_grad(w, x)
         w = w.detach().requires_grad_(True)
         loss = self.batch_loss(w, x, y, buffers)
         (g,) = torch.autograd.grad(loss, w)

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from .lazy import Lazy
+from .lazy import ExecutorFuture, Lazy
 from .training import ClientTraining, LocalRule  # noqa: F401  (LocalRule: its historical home)
 
 Vector = Union[torch.Tensor, Lazy]
@@ -78,13 +78,12 @@ def probe_estimates(ga: torch.Tensor, gb: torch.Tensor, gc: torch.Tensor, lr: fl
     return {"G2": G2, "sigma2": sigma2, "L": L}
 
 
-class JobFuture(Lazy):
-    __slots__ = ("job", "executor", "probe_job")
-    is_job = True
+class JobFuture(ExecutorFuture):
+    __slots__ = ("probe_job",)
 
     def __init__(self, job: TrainJob, executor, probe_job: "Optional[JobFuture]" = None):
-        super().__init__()
-        self.job, self.executor, self.probe_job = job, executor, probe_job
+        super().__init__(job, executor)
+        self.probe_job = probe_job
 
     def inputs(self):
         return self.job.spec.lazy_inputs()
@@ -130,15 +129,10 @@ class CohortResult:
     loss_mean: np.ndarray       # per row (nan where 0 steps)
 
 
-class CohortFuture(Lazy):
+class CohortFuture(ExecutorFuture):
     """The future of a CohortJob: one lazy for the whole cohort (no object per client)."""
 
-    __slots__ = ("job", "executor")
-    is_job = True
-
-    def __init__(self, job: CohortJob, executor):
-        super().__init__()
-        self.job, self.executor = job, executor
+    __slots__ = ()
 
     def inputs(self):
         return self.job.spec.lazy_inputs()

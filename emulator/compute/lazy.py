@@ -52,6 +52,17 @@ class Derived(Lazy):
         self.fn = self.args = None
 
 
+class ExecutorFuture(Lazy):
+    """A lazy that an executor computes (`executor.run_all` sets it): a job's or a cohort's
+    future. `resolve` runs these level by level; every other lazy is a function of them."""
+
+    __slots__ = ("job", "executor")
+
+    def __init__(self, job, executor):
+        super().__init__()
+        self.job, self.executor = job, executor
+
+
 def derived(fn: Callable, *args):
     """fn(*args) now if no argument is lazy or unresolved, else a lazy `Derived`."""
     if any(isinstance(a, Lazy) and not a.done for a in args):
@@ -81,10 +92,12 @@ def resolve(values: Iterable) -> list:
         if key in level:
             return level[key]
         below = max((visit(a) for a in node.inputs()), default=0)
-        lv = below + 1 if getattr(node, "is_job", False) else below
-        level[key] = lv
-        if getattr(node, "is_job", False):
+        if isinstance(node, ExecutorFuture):
+            lv = below + 1
             pending_jobs[key] = node
+        else:
+            lv = below
+        level[key] = lv
         return lv
 
     for v in values:

@@ -7,6 +7,7 @@ and returns a torch.nn.Module. `loss` says how a batch's output becomes a loss:
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -219,13 +220,26 @@ def resnet18(p, ctx):
     return ResNet18(ctx.input_shape[0], ctx.num_classes)
 
 
-class QuadraticModel(nn.Module):
+class DirectLoss:
+    """A model whose forward returns the per-sample losses themselves (the training loss is
+    their mean; no labels, no cross-entropy). Any other model returns class logits."""
+
+
+class ClosedFormLoss(DirectLoss, abc.ABC):
+    """A model whose batch loss and gradient have a closed form: `FlatModel.loss_and_grad`
+    calls `loss_and_grad(w, x)` (under no_grad) instead of autograd (unless the model has
+    BatchNorm buffers). Its forward returns per-sample losses (a `DirectLoss`)."""
+
+    @abc.abstractmethod
+    def loss_and_grad(self, w: torch.Tensor, x: torch.Tensor) -> tuple:
+        """(mean loss of the batch x, its gradient at the flat parameters w)."""
+
+
+class QuadraticModel(ClosedFormLoss, nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
     F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (docs/algorithms/workloads.md 1.4;
     client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k)).
     A_k is stored as its nonzero q x q block at offset s_k (rows and columns s_k .. s_k + q - 1)."""
-
-    loss = "direct"
 
     def __init__(self, blocks: np.ndarray, offsets: np.ndarray, b: np.ndarray, mu: float, const=None, init=None):
         super().__init__()
@@ -293,7 +307,8 @@ def quadratic_model(p, ctx):
 
 
 def loss_kind(module: nn.Module) -> str:
-    return getattr(module, "loss", "cross_entropy")
+    """"direct" for a `DirectLoss` model (forward = per-sample losses), else "cross_entropy"."""
+    return "direct" if isinstance(module, DirectLoss) else "cross_entropy"
 
 
 def count_params(module: nn.Module) -> int:
