@@ -16,7 +16,8 @@
   (your own loop); the functional pieces `LossTerm`, `PerSampleTransform`, `GradTransform`
   and the built-in `ProxTerm`, `ClipPerSample`, `ClipNorm`, `GaussianNoise`;
 - data and models: `FederatedData`, `DatasetContext`, `ModelContext` (what dataset and model
-  factories get and return); partition factories get (params, labels, num_clients, rng, path);
+  factories get and return) a model whose output is per-sample losses declares it by subclassing
+  `DirectLoss` (`ClosedFormLoss` if it also gives its gradient in closed form); partition factories get (params, labels, num_clients, rng, path);
 - device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `LinkModel`
   (the base of links; `Link` the latency + bandwidth one),
   `Selection`, and `GroupContext` (what their factories get);
@@ -54,7 +55,7 @@ from .registry import Params, register
 from .runner import RunResult
 from .workloads.data import FederatedData
 from .workloads.datasets import DatasetContext
-from .workloads.models import ModelContext
+from .workloads.models import ClosedFormLoss, DirectLoss, ModelContext
 
 
 def run(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, out: Any = None,
@@ -159,7 +160,7 @@ __all__ = [
     "LossTerm", "PerSampleTransform", "GradTransform", "StepContext", "FunctionalModel",
     "ProxTerm", "ClipPerSample", "ClipNorm", "GaussianNoise", "clip_to", "sample_weights", "size_weights", "weighted_sum",
     "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
-    "FederatedData", "DatasetContext", "ModelContext",
+    "FederatedData", "DatasetContext", "ModelContext", "ClosedFormLoss", "DirectLoss",
     "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "NEVER", "Link",
     "LinkModel", "InstantLink", "Selection", "GroupContext",
     "Callback", "RunContext", "run", "load", "RunResult",
