@@ -128,7 +128,7 @@ def write_spec(task: str, world, w0) -> Path:
                                 "staleness_a": STALE_A, "lr": 0.05, "steps": STEPS, "batch": BATCH})}
     if task == "E3":
         merges = int(cf["round"].max())
-        jobs = int(cf["job"].max()) + 1                          # + the job in flight at the end
+        jobs = int(cf["job"].max()) + 2             # + the jobs in flight at the end (a peer may run one more)
         spec["merges"] = merges
         spec["batches"] = np.stack([np.stack([batches(c, j) for j in range(1, jobs + 1)])
                                     for c in range(len(sizes))])  # [clients, jobs, steps, B]
@@ -154,14 +154,22 @@ def write_spec(task: str, world, w0) -> Path:
 
 # ------------------------------------------------------------------ peers and comparison
 HARNESS = {"appfl": HERE / "appfl_w1.py", "flgo": HERE / "flgo_w1.py"}
+# torch threads per peer process: APPFL trains one client at a time (its drivers are serial), FLGo
+# two at once on two Python threads (num_parallels 2, parallel_type 't'), one torch thread each
+THREADS = {"appfl": int(os.environ.get("APPFL_THREADS", "1")), "flgo": 1}
 
 
 def run_peer(peer: str, python: str, spec: Path, rounds: int) -> dict:
-    """One peer run on a spec (the peer's venv Python, 2 torch threads); its JSON line."""
+    """One peer run on a spec (the peer's venv Python, THREADS[peer] torch threads); its JSON line."""
+    work = CACHE / "peer_work"
+    work.mkdir(parents=True, exist_ok=True)
     res = subprocess.run([python, str(HARNESS[peer]), str(spec), str(rounds + 1)], capture_output=True, text=True,
-                         timeout=900, env={**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"})
+                         timeout=900, env={**os.environ, "OMP_NUM_THREADS": str(THREADS[peer]),
+                                           "MKL_NUM_THREADS": str(THREADS[peer]), "W1_THREADS": str(THREADS[peer]),
+                                           "W1_TMP": str(work)})
     if res.returncode != 0:
-        raise RuntimeError((res.stderr.strip().splitlines() or ["?"])[-1][:400])
+        err = [ln for ln in res.stderr.strip().splitlines() if ln.strip() and "Warning" not in ln and "pynvml" not in ln]
+        raise RuntimeError(" | ".join(err[-3:])[-500:] or f"exit status {res.returncode}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -175,7 +183,8 @@ def compare(task: str, mine: dict, theirs: dict, n: int) -> dict:
         stale = [i for i in range(m) if a["staleness"] is not None and a["staleness"][i] != b["staleness"][i]]
         # equal arrival times may be merged in either order: a difference inside a tie is not a mismatch
         ties = [i for i in order if sum(abs(t - a["time"][i]) <= TOL for t in a["time"][:m]) > 1]
-        return {"merges": m, "order_differs": len(order), "order_differs_outside_ties": len(set(order) - set(ties)),
+        return {"merges": m, "time_max_abs_diff": float(max(abs(a["time"][i] - b["time"][i]) for i in range(m))),
+                "order_differs": len(order), "order_differs_outside_ties": len(set(order) - set(ties)),
                 "times_differ": len(times), "staleness_differs": len(stale),
                 "first_differences": [(i, a["client"][i], b["client"][i]) for i in order[:5]],
                 "match": not times and not (set(order) - set(ties))}
@@ -194,19 +203,20 @@ def summary(x) -> dict:
 
 def emulation(quick: bool, peers: dict) -> dict:
     """The emulation-peer table: per task, `reps` paired repetitions of flemu, APPFL, FLGo."""
-    rounds = 3 if quick else 10
+    rounds = 3 if quick else 6
     reps = 1 if quick else 3
     log(f"emulation peers: W1-het, tasks {', '.join(TASKS)}, {reps} paired repetition(s) of 1 + {rounds} rounds "
         f"(E3: merges); load {os.getloadavg()}")
-    out = {"rounds": rounds, "repetitions": reps, "load_avg_start": list(os.getloadavg()), "tasks": {}}
+    out = {"rounds": rounds, "repetitions": reps, "peer_torch_threads": dict(THREADS), "load_avg_start": list(os.getloadavg()), "tasks": {}}
     for task, what in TASKS.items():
-        n = rounds * (20 if task == "E3" else 1)      # E3 counts merges: 20 per "round" of the table
+        n = (40 if quick else 100) if task == "E3" else rounds     # E3 counts merges
         t_out = {"what": what, "flemu": [], **{p: [] for p in HARNESS}}
         for rep in range(reps):
             world, w0, tf = run_flemu(task, n)
             spec = write_spec(task, world, w0)
             mine = outcome(world, task)
-            tf.update(s_per_round=float(np.median(tf["round_wall_s"])), cpu_s_per_round=float(np.median(tf["round_cpu_s"])),
+            agg = np.mean if task == "E3" else np.median     # E3: mean s per merge (see appfl_w1.py)
+            tf.update(s_per_round=float(agg(tf["round_wall_s"])), cpu_s_per_round=float(agg(tf["round_cpu_s"])),
                       jobs_trained=int(world.executor.stats.jobs_computed))
             t_out["flemu"].append(tf)
             for peer in HARNESS:
@@ -239,7 +249,7 @@ def write_table(out: dict, machine: dict, quick: bool) -> Path:
     name = "emulation_peers_quick" if quick else "emulation_peers"
     load = out["load_avg_start"][0]
     lines = [f"# Emulation peers on W1-het ({'quick, ' if quick else ''}{out['repetitions']} paired repetition(s), "
-             f"1 + {out['rounds']} rounds; E3: merges, 20 per round)", "",
+             f"1 + {out['rounds']} rounds; E3: s per merge, mean over {'40' if quick else '100'} merges)", "",
              f"Machine: {machine.get('cpus')} CPUs, torch {machine.get('torch')}; load average at start "
              f"{load:.1f}, at end {out['load_avg_end'][0]:.1f}" + (" (UNDER LOAD: ratios only)" if load > 3 else ""), "",
              "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | jobs trained | outcome vs flemu |",
