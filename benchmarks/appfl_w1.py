@@ -198,6 +198,7 @@ def main():
                 "E2": dict(mode="count", min_responses=cfg["first_k"])}[kind]
         driver = Driver(server, clients, profiles, participants_per_round=k, logger=logger, base_step_time=1.0,
                         target_rounds=rounds, **mode)
+    t0 = (time.perf_counter(), time.process_time())
     driver.run()
     marks["wall"].append(time.perf_counter())
     marks["cpu"].append(time.process_time())
@@ -206,11 +207,12 @@ def main():
         h = driver.history
         outcome = {"client": [int(r["cid"]) for r in h], "time": [float(r["vtime"]) for r in h],
                    "staleness": [int(r["staleness"]) for r in h]}
-        # marks at merges: mean seconds per merge from the first to the last (equal arrival times
-        # are merged back to back, their clients' next jobs trained after: a median would be 0)
+        # seconds per merge over the run: from the driver's start (the first dispatches are trained
+        # there) to the last merge (equal arrival times are merged back to back, so per-merge
+        # intervals would say nothing)
         m = len(h)
-        wall = np.array([(marks["wall"][m - 1] - marks["wall"][0]) / (m - 1)] * 2)
-        cpu = np.array([(marks["cpu"][m - 1] - marks["cpu"][0]) / (m - 1)] * 2)
+        wall = np.array([(marks["wall"][m - 1] - t0[0]) / m] * 2)
+        cpu = np.array([(marks["cpu"][m - 1] - t0[1]) / m] * 2)
     else:
         h = [r for r in driver.history if not r["skipped"]]
         outcome = {"aggregated": [sorted(int(c) for c in r["accepted_cids"]) for r in h],

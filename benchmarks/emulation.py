@@ -78,7 +78,10 @@ def run_flemu(task: str, rounds: int):
     wall = np.diff(m["wall_time"].to_numpy(float))
     rows = m["round"].to_numpy(int)
     cpus = np.diff([c0] + [cpu[r] for r in rows])
+    wt = m["wall_time"].to_numpy(float)
+    c_last = cpu[rows[-1]]
     return world, w0, {"setup_s": setup, "round_wall_s": wall[1:].tolist(),
+                       "run_wall_s": float(wt[-1] - wt[0]), "run_cpu_s": float(c_last - cpu[rows[0]]),
                        "round_cpu_s": cpus[2:].tolist() if len(cpus) > len(wall) else cpus[1:].tolist()}
 
 
@@ -213,11 +216,16 @@ def emulation(quick: bool, peers: dict) -> dict:
         t_out = {"what": what, "flemu": [], **{p: [] for p in HARNESS}}
         for rep in range(reps):
             world, w0, tf = run_flemu(task, n)
+            n1 = n + 1
             spec = write_spec(task, world, w0)
             mine = outcome(world, task)
-            agg = np.mean if task == "E3" else np.median     # E3: mean s per merge (see appfl_w1.py)
-            tf.update(s_per_round=float(agg(tf["round_wall_s"])), cpu_s_per_round=float(agg(tf["round_cpu_s"])),
+            if task == "E3":          # s per merge over the run, from the start to the last merge (appfl_w1.py)
+                tf.update(s_per_round=tf["run_wall_s"] / n1, cpu_s_per_round=tf["run_cpu_s"] / n1)
+            else:
+                tf.update(s_per_round=float(np.median(tf["round_wall_s"])), cpu_s_per_round=float(np.median(tf["round_cpu_s"])))
+            tf.update(
                       jobs_trained=int(world.executor.stats.jobs_computed))
+            tf["outcome"] = mine
             t_out["flemu"].append(tf)
             for peer in HARNESS:
                 py = peers.get(peer)
@@ -242,14 +250,14 @@ def emulation(quick: bool, peers: dict) -> dict:
     return out
 
 
-def write_table(out: dict, machine: dict, quick: bool) -> Path:
+def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path:
     """benchmarks/results/emulation_peers{,_quick}.json and .md: per task and tool the median
     s/round with its spread over repetitions, the median ratio to flemu within repetitions,
     CPU seconds per round, jobs trained, and whether the virtual outcome matched flemu's."""
-    name = "emulation_peers_quick" if quick else "emulation_peers"
+    name = name or ("emulation_peers_quick" if quick else "emulation_peers")
     load = out["load_avg_start"][0]
     lines = [f"# Emulation peers on W1-het ({'quick, ' if quick else ''}{out['repetitions']} paired repetition(s), "
-             f"1 + {out['rounds']} rounds; E3: s per merge, mean over {'40' if quick else '100'} merges)", "",
+             f"1 + {out['rounds']} rounds; E3: s per merge over a run of {'41' if quick else '101'} merges)", "",
              f"Machine: {machine.get('cpus')} CPUs, torch {machine.get('torch')}; load average at start "
              f"{load:.1f}, at end {out['load_avg_end'][0]:.1f}" + (" (UNDER LOAD: ratios only)" if load > 3 else ""), "",
              "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | jobs trained | outcome vs flemu |",

@@ -117,7 +117,7 @@ def main():
     task = str(work / "task")
     flgo.gen_task_by_(bmk, W1Rows(), task_path=task)
 
-    marks = {"wall": [], "cpu": [], "length": [], "aggregated": [], "uploads": []}
+    marks = {"wall": [], "cpu": [], "length": [], "aggregated": [], "uploads": [], "start": []}
     jobs = [0]
 
     job_of = [0] * len(rows)
@@ -204,6 +204,8 @@ def main():
 
         def iterate(self):
             clock = self.gv.clock
+            if not marks["start"]:
+                marks["start"] = [time.perf_counter(), time.process_time()]
             self.selected_clients = self.sample()
             self.concurrent_clients.update(set(self.selected_clients))
             self.model._round = self.current_round
@@ -241,11 +243,11 @@ def main():
     wall = np.diff(marks["wall"] + [t_end[0]])
     cpu = np.diff(marks["cpu"] + [t_end[1]])
     if task_kind == "E3":
-        # marks at each model update (FLGo merges every upload due at that tick in one update);
-        # seconds per merged upload: first to last update over the uploads merged after the first
-        up = marks["uploads"]
-        per = [(marks["wall"][-1] - marks["wall"][0]) / max(sum(up[1:]), 1)]
-        cpu_per = [(marks["cpu"][-1] - marks["cpu"][0]) / max(sum(up[1:]), 1)]
+        # seconds per merge over the run: from the first dispatch to the last update (FLGo merges
+        # every upload due at one tick in one update)
+        done = sum(marks["uploads"])
+        per = [(marks["wall"][-1] - marks["start"][0]) / done]
+        cpu_per = [(marks["cpu"][-1] - marks["start"][1]) / done]
         outcome = merges
     else:
         per, cpu_per = wall[1:], cpu[1:]

@@ -701,10 +701,14 @@ def main(argv=None):
     if "emulation" in which:
         from benchmarks.emulation import emulation, write_table
         res["emulation"] = emulation(a.quick, {"appfl": a.appfl_python, "flgo": a.flgo_python})
-        write_table(res["emulation"], res["machine"], a.quick)
+        write_table(res["emulation"], res["machine"], a.quick,
+                    a.name if a.name and which == {"emulation"} else None)
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if which == {"emulation"}:         # the table's own JSON (emulation_peers*.json) holds it all
+        log(f"done ({res['total_s']:.0f} s)")
+        return
     path = RESULTS / f"{a.name or ('bench_quick' if a.quick else 'bench')}.json"
     path.write_text(json.dumps(res, indent=1))
     log(f"wrote {path} ({res['total_s']:.0f} s)")
