@@ -67,6 +67,12 @@ study: $(STAMP)
 # here; it brings its own Ray) and pfl-research 0.6. A peer that cannot be installed is
 # recorded as skipped with the reason.
 FLWR_VENV := benchmarks/results/tmp_flower_venv
+# the emulation peers (issue 29; `make bench BENCH_FLAGS="--only emulation"` for their table alone):
+# APPFL 1.12 (appfl.vsim) and FLGo 0.4.4 (flgo.simulator), each in its own venv with the CPU torch.
+# The index's torchvision is a CUDA build that fails to import beside torch 2.13; APPFL reaches it
+# only through piq (import time), so the APPFL venv gets benchmarks/peer_shims/torchvision instead.
+APPFL_VENV := benchmarks/results/tmp_appfl_venv
+FLGO_VENV := benchmarks/results/tmp_flgo_venv
 PFL_VENV  := benchmarks/results/tmp_pfl_venv
 bench: $(STAMP)
 	@test -f $(FLWR_VENV)/.flwr-1.41.0 || { $(PY) -m venv $(FLWR_VENV) && \
@@ -75,7 +81,17 @@ bench: $(STAMP)
 	@test -f $(PFL_VENV)/.installed || { $(PY) -m venv $(PFL_VENV) && \
 	  $(PFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'pfl[pytorch]==0.6.0' torch==2.13.0 pydantic && \
 	  touch $(PFL_VENV)/.installed; } || echo "pfl-research could not be installed: its P1 row will be skipped"
-	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python $(BENCH_FLAGS)
+	@test -f $(APPFL_VENV)/.installed || { $(PY) -m venv $(APPFL_VENV) && \
+	  $(APPFL_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'appfl==1.12.*' torch==2.13.0 pydantic && \
+	  { $(APPFL_VENV)/bin/python -m pip uninstall -q -y torchvision; \
+	    cp -r benchmarks/peer_shims/torchvision "$$($(APPFL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"; } && \
+	  touch $(APPFL_VENV)/.installed; } || echo "APPFL could not be installed: its emulation-peer rows will be skipped"
+	@test -f $(FLGO_VENV)/.installed || { $(PY) -m venv $(FLGO_VENV) && \
+	  $(FLGO_VENV)/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt 'flgo==0.4.4' torch==2.13.0 pydantic && \
+	  touch $(FLGO_VENV)/.installed; } || echo "FLGo could not be installed: its emulation-peer rows will be skipped"
+	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python \
+	  --appfl-python $(APPFL_VENV)/bin/python --flgo-python $(FLGO_VENV)/bin/python $(BENCH_FLAGS)
+	$(BIN)/python -m benchmarks.state_memory --full      # per-client state memory (issue 29; ~5 min)
 
 # mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
 # at a time, in place (restored after each mutant), and runs only the fast tests that own it, so

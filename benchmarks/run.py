@@ -4,14 +4,20 @@
 
 P1 floor  W1 (below): flemu s/round vs (a) a bare PyTorch per-client loop, (b) the same on two
           worker threads of one torch thread (two clients at once, like flemu `auto`), and (c) the FLOP
-          floor, one model on the round's 6,400 samples as 10 steps of batch 640. Goal <= 1.10x (c),
-          as the median over rounds of flemu's round / the floor on that round's batches run
-          right after it (`interleaved_floor`).
+          floor, one model on the round's 6,400 samples as 10 steps of batch 640. Goal (issue 29,
+          P1 restated): flemu <= 1.05x (b), the bare loop on the same workers, as the median over
+          rounds of flemu's round / (b) on that round's batches run right after it
+          (`interleaved_floor`); flemu / (c) is reported without a bar.
 P1 peer   W1 in Flower's Simulation Runtime (benchmarks/flower_w1.py: Message API, 1 and 2
           actors) and in pfl-research (benchmarks/pfl_w1.py), each run by the Python of its
           own venv that `make bench` creates, flemu (auto) timed right before and after each.
-          Goals: Flower (its faster configuration) / flemu >= 1.5 (s/round); flemu's start-up
-          <= 0.3x Flower's.
+          Reported without a bar: Flower (its faster configuration) / flemu and pfl / flemu
+          (s/round), flemu's start-up / Flower's.
+emulation W1-het (three device classes) in the tools that also keep a virtual clock, APPFL 1.12
+          and FLGo 0.4.4, each from its own venv (benchmarks/emulation.py: E0 no deadline, E1 a
+          5 s deadline, E2 over-selection, E3 async), flemu first in each paired repetition;
+          s/round, CPU s/round, jobs trained, and the virtual outcome compared round by round.
+          `--only emulation` runs this table alone (results/emulation_peers.json and .md).
 P2        logreg on synthetic, 1,000 clients per round, 10 local steps: batched vs sequential.
           Goal >= 10x on CPU.
 P3        the engine alone (compute: instant, a no-op executor): events/s of flemu vs a bare
@@ -265,8 +271,10 @@ def p1(quick: bool, peers: dict) -> dict:
         log(f"    {k}, per-round ratio quartiles: {v['q25']:.3f} / {v['median']:.3f} / {v['q75']:.3f}")
     log(f"    (b) against (a) after one round from the same vector: rel diff "
         f"{inter['bare_workers_vs_bare_loop_round1_rel_diff']:.1e}")
-    out["flemu_over_floor"] = goal("flemu (auto) / floor (c), median of per-round pairs",
-                                   inter["flemu_over_floor"]["median"], "<=", 1.10)
+    out["flemu_over_floor"] = {"ratio": inter["flemu_over_floor"]["median"], "goal": None}
+    log(f"  flemu (auto) / floor (c), median of per-round pairs: {inter['flemu_over_floor']['median']:.3f}  (no goal)")
+    out["flemu_over_bare_workers"] = goal("flemu (auto) / bare loop on the same 2 workers (b), median of per-round pairs",
+                                          inter["flemu_over_bare_workers"]["median"], "<=", 1.05)
     out["flemu_over_bare"] = {"ratio": fl / (ta_t / rounds), "goal": None}
     log(f"  flemu / bare loop (a): {fl / (ta_t / rounds):.3f}  (no goal)")
     out["peer"] = p1_peer(td, replay, sizes, w0, wa, rounds, out["flemu_auto"]["setup_s"], peers)
@@ -395,10 +403,10 @@ def p1_peer(td, replay, sizes, w0, w_ref, rounds, flemu_setup, peers: dict) -> d
     flowers = [out[k] for k in ("flower_1_actor", "flower_2_actors") if "s_per_round" in out[k]]
     if flowers:
         best = min(flowers, key=lambda r: r["s_per_round"])
-        out["flower_best_over_flemu"] = goal("Flower (its faster configuration) / flemu (s/round)",
-                                             best["over_flemu"], ">=", 1.5)
-        out["startup_flemu_over_flower"] = goal("flemu start-up / Flower start-up",
-                                                flemu_setup / best["startup_s"], "<=", 0.3)
+        out["flower_best_over_flemu"] = {"ratio": best["over_flemu"], "goal": None}
+        out["startup_flemu_over_flower"] = {"ratio": flemu_setup / best["startup_s"], "goal": None}
+        log(f"  Flower (its faster configuration) / flemu (s/round): {best['over_flemu']:.3f}  (no goal); "
+            f"flemu start-up / Flower's: {flemu_setup / best['startup_s']:.3f}  (no goal)")
     if "s_per_round" in out["pfl"]:
         out["pfl_over_flemu"] = {"ratio": out["pfl"]["over_flemu"], "goal": None}
     return out
@@ -666,9 +674,13 @@ def async_fleet(quick: bool) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
-    ap.add_argument("--only", default="p1,p2,p3,p4,async", help="comma-separated subset of p1,p2,p3,p4,async")
+    ap.add_argument("--only", default="p1,p2,p3,p4,async,emulation",
+                    help="comma-separated subset of p1,p2,p3,p4,async,emulation (emulation: the emulation-peer "
+                         "table alone, benchmarks/emulation.py -> results/emulation_peers.json and .md)")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
     ap.add_argument("--pfl-python", default=None, help="python of a venv with pfl[pytorch] (P1 peer)")
+    ap.add_argument("--appfl-python", default=None, help="python of a venv with appfl 1.12 (emulation peer)")
+    ap.add_argument("--flgo-python", default=None, help="python of a venv with flgo 0.4.4 (emulation peer)")
     ap.add_argument("--name", default=None, help="results/<name>.json (default: bench or bench_quick)")
     a = ap.parse_args(argv)
     which = set(a.only.split(","))
@@ -686,9 +698,17 @@ def main(argv=None):
         res["p4"] = p4(a.quick)
     if "async" in which:
         res["async"] = async_fleet(a.quick)
+    if "emulation" in which:
+        from benchmarks.emulation import emulation, write_table
+        res["emulation"] = emulation(a.quick, {"appfl": a.appfl_python, "flgo": a.flgo_python})
+        write_table(res["emulation"], res["machine"], a.quick,
+                    a.name if a.name and which == {"emulation"} else None)
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if which == {"emulation"}:         # the table's own JSON (emulation_peers*.json) holds it all
+        log(f"done ({res['total_s']:.0f} s)")
+        return
     path = RESULTS / f"{a.name or ('bench_quick' if a.quick else 'bench')}.json"
     path.write_text(json.dumps(res, indent=1))
     log(f"wrote {path} ({res['total_s']:.0f} s)")
