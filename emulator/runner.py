@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from . import invariants, outputs, scenario
 from .sim.world import World
@@ -49,6 +50,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     sc.output.dir = str(out_dir)
     t0 = time.perf_counter()
     hooks = cbs.Hooks(sc, [*cbs.from_scenario(sc), *callbacks], out_dir, progress)
+    threads = torch.get_num_threads()      # `executor.threads` holds for this run only
     try:
         world = World(sc, progress=hooks.on_row)
         build_s = time.perf_counter() - t0
@@ -74,6 +76,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated, extra=hooks.files())
     finally:
         hooks.cleanup()
+        torch.set_num_threads(threads)
     return RunResult(out_dir, metrics, summary)
 
 

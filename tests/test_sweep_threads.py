@@ -54,3 +54,19 @@ def test_resume_with_another_thread_count_is_stale(tmp_path):
     cfg = yaml.safe_load((root / "runs" / "seed=0" / "config.yaml").read_text())
     assert cfg["executor"]["threads"] == 2
 
+
+
+def test_executor_threads_hold_for_their_run_only(tmp_path):
+    """`executor.threads` sets torch's threads for that run; the process gets its own count
+    back afterwards (a later run in the same Python session is not left on one thread)."""
+    import torch
+    import emulator
+    from conftest import tiny
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        res = emulator.run(tiny(**{"executor": {"name": "sequential", "threads": 1}}), out=tmp_path / "r")
+        assert res.summary["torch_threads"] == 1          # the run itself used one thread
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
