@@ -3,8 +3,9 @@
 The algorithm specifications and the design notes the project was built from live outside
 this repository; the code, tests, scenarios and docs cite the project's own pages instead:
 
-    ../shared/specs/tsfl.md 3.4   ->  docs/algorithms/tsfl.md 3.4   (same section numbers)
-    shared/specs/fedsum.md        ->  docs/algorithms/fedsum.md
+    <outside>/specs/tsfl.md 3.4   ->  docs/algorithms/tsfl.md 3.4   (same section numbers;
+                                      <outside>: the folder beside the repository, with
+                                      or without a leading ../)
     specs/workloads.md            ->  docs/algorithms/workloads.md
     DESIGN.md section 3           ->  docs/architecture.md section 3 (same section numbers)
 
@@ -28,7 +29,7 @@ CODE = ("emulator/", "devices/", "analysis/", "tests/", "scenarios/", "benchmark
 
 # (pattern, replacement) applied to every tracked text file
 EVERYWHERE = [
-    # a citation broken over two comment lines: `shared/specs/` + newline + `# tsfl.md`
+    # a citation broken over two comment lines: `<outside>/specs/` + newline + `# tsfl.md`
     (re.compile(rf"(?:\.\./)*(?:shared/)?specs/(\n[ \t]*#[ \t]*)(?:docs/algorithms/)?({FAMILIES})\.md"),
      r"\1docs/algorithms/\2.md"),
     (re.compile(rf"(?:\.\./)*(?:shared/)?specs/({FAMILIES})\.md"), r"docs/algorithms/\1.md"),
