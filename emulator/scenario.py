@@ -369,7 +369,6 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raw = dump(source)
         src = None
     elif isinstance(source, dict):
-        import copy
         raw = copy.deepcopy(source)
         src = None
     elif isinstance(source, str) and "\n" in source:

@@ -54,36 +54,10 @@ def expand(spec: SweepSpec) -> list:
     return plans
 
 
-def _concrete(raw: dict, path: str) -> list:
-    """`a.b[*].c` -> every `a.b[i].c` that exists in `raw` (no wildcard: the path itself)."""
-    keys = scn.split_path(path)
-    if "*" not in keys:
-        return [path]
-    out = []
-
-    def walk(node, done, rest):
-        if not rest:
-            out.append(scn.format_path(done))
-            return
-        k, tail = rest[0], rest[1:]
-        if k == "*":
-            if not isinstance(node, list):
-                raise ScenarioError([(path, f"{scn.format_path(done)} is not a list, so [*] has nothing to expand")])
-            for i, item in enumerate(node):
-                walk(item, done + [i], tail)
-        else:
-            nxt = node.get(k) if isinstance(node, dict) else (node[k] if isinstance(node, list) and isinstance(k, int) and k < len(node) else None)
-            walk(nxt if nxt is not None else {}, done + [k], tail)
-    walk(raw, [], keys)
-    return out
-
-
 def apply(raw: dict, overrides) -> dict:
-    """Apply (path, value) overrides in order (values are copied; `[*]` expands)."""
-    for path, value in overrides:
-        for p in _concrete(raw, path):
-            scn.apply_overrides(raw, [(p, copy.deepcopy(value))])
-    return raw
+    """Apply (path, value) overrides in order (values are copied: a plan's values are shared
+    by its runs; `[*]` expands as in `--set`: `scenario.apply_overrides`)."""
+    return scn.apply_overrides(raw, [(path, copy.deepcopy(value)) for path, value in overrides])
 
 
 def resolve(spec: SweepSpec, plans, threads: Optional[int] = None) -> list:
