@@ -36,6 +36,23 @@ CASES = [
     ("multi-model k above the fleet", lambda s: s.update(protocol={
         "name": "multi_model", "assignment": "mfa_rand", "local_steps": 2, "k": 8}),
      "protocol.k", "clients.count is 6"),
+    ("a client set naming a client outside the fleet", lambda s: s["protocol"].update(
+        select={"model": "sequence", "sets": [[0, 1], [2, 6]]}),
+     "protocol.select.sets", "client ids must be below clients.count = 6"),
+    ("a probability list of the wrong length", lambda s: s["protocol"].update(
+        select={"model": "biased", "p": [0.5] * 5}),
+     "protocol.select.p", "5 probabilities for clients.count = 6 clients"),
+    ("first_k above the fleet", lambda s: s["protocol"].update(wait={"mode": "first_k", "k": 9}),
+     "protocol.wait.k", "waits for 9 uploads, but clients.count is 6"),
+    ("multi-model k not splitting into equal groups", lambda s: s.update(
+        workloads=[s["workload"]] * 2, workload=None, protocol={
+            "name": "multi_model", "assignment": "mfa_rand", "local_steps": 2, "k": 5}),
+     "protocol.k", "5 clients per round do not split into 2 equal groups (one per model); "
+                   "set protocol.allow_unequal_groups: true"),
+    ("multi-model fleet not splitting into equal groups", lambda s: s.update(
+        workloads=[s["workload"]] * 4, workload=None, protocol={
+            "name": "multi_model", "assignment": "mfa_rr", "local_steps": 2}),
+     "clients.count", "6 clients per round do not split into 4 equal groups"),
 ]
 
 
