@@ -193,6 +193,12 @@ class _KOrFraction(FiniteParams):
             raise ValueError("give exactly one of k or fraction")
         return self
 
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        if self.k is not None and self.k > fleet.clients:
+            out.append((f"{at}.k", f"{self.k} clients per round, but clients.count is {fleet.clients}"))
+        return out
+
 
 class UniformSelectParams(_KOrFraction):
     pass
@@ -233,6 +239,12 @@ class BiasedParams(FiniteParams):
             raise ValueError("give exactly one of p or start (staircase)")
         return self
 
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        if isinstance(self.p, list) and len(self.p) != fleet.clients:
+            out.append((f"{at}.p", f"{len(self.p)} probabilities for clients.count = {fleet.clients} clients"))
+        return out
+
 
 register("selection", "biased", BiasedParams,
          "each available client independently with its own probability (FedSUM App. H.8 staircase)",
@@ -249,6 +261,12 @@ class SequenceParams(FiniteParams):
         if any(c < 0 for s in v for c in s):
             raise ValueError("client ids are >= 0")
         return v
+
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        if any(c >= fleet.clients for s in self.sets for c in s):
+            out.append((f"{at}.sets", f"client ids must be below clients.count = {fleet.clients}"))
+        return out
 
 
 register("selection", "sequence", SequenceParams, "a given sequence of client sets, one per round (replay, hand checks)",

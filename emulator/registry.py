@@ -18,10 +18,37 @@ from typing import Any, Callable, Optional, Type, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 
+@dataclass(frozen=True)
+class FleetSize:
+    """What a block's fleet checks see of the scenario: `clients` (clients.count) and
+    `models` (the number of workloads: 1 unless multi-model)."""
+    clients: int
+    models: int = 1
+
+
 class Params(BaseModel):
-    """Base class of every component's parameter model: unknown keys are errors."""
+    """Base class of every component's parameter model: unknown keys are errors.
+
+    A model declares the checks that need the fleet's size (a `k` above clients.count, a
+    client id outside the fleet) by overriding `fleet_problems`."""
 
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+    def fleet_problems(self, at: str, fleet: FleetSize) -> list[tuple[str, str]]:
+        """Problems of these parameters in a fleet of `fleet.clients` clients training
+        `fleet.models` models, each (YAML path, message); `at` is this block's YAML path
+        (`protocol.select`). This base finds none of its own and asks the blocks nested in
+        its fields (a protocol's `select`, `wait`), so an override returns
+        `super().fleet_problems(at, fleet) + [...]`. Called on the whole scenario once it
+        validates; any problem is a ScenarioError (exit 2, nothing written)."""
+        out: list[tuple[str, str]] = []
+        for name, value in self:                            # the fields, in declaration order
+            path = f"{at}.{name}" if at else name
+            items = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+            for i, item in items:
+                if isinstance(item, Params):
+                    out += item.fleet_problems(path if i is None else f"{path}[{i}]", fleet)
+        return out
 
 
 @dataclass

@@ -29,6 +29,7 @@ from .quantities import FiniteParams
 from .registry import Params
 from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
 from .tags import TAGGED as _TAGGED
+from .tags import UnionMember
 from .tags import tag_key as _tag_key
 from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
 from .validation_errors import explain, format_path, remember_known_names  # noqa: F401  (format_path: re-exported)
@@ -67,9 +68,10 @@ def tagged(kind: str, ns: Optional[dict] = None):
     key, default = _tag_key(kind), TAG_DEFAULT.get(kind)
     members = []
     for name, e in registry.table(kind).items():
-        m = create_model(f"{kind.title()}_{name}", __base__=e.params, **_spec_fields(e.params, ns),
+        m = create_model(f"{kind.title()}_{name}", __base__=(e.params, UnionMember), **_spec_fields(e.params, ns),
                          **{key: (Literal[name], Field(name, description=f"{kind} name"))})
         m.__doc__ = e.description
+        m.union_tag = f"{kind}:{name}"
         _TAGGED[f"{kind}:{name}"] = m
         members.append(Annotated[m, Tag(f"{kind}:{name}")])
     if len(members) == 1:
@@ -79,8 +81,7 @@ def tagged(kind: str, ns: Optional[dict] = None):
         if isinstance(v, dict):
             t = v.get(key, default)
             return None if t is None else f"{kind}:{t}"
-        t = getattr(v, key, None)
-        return None if t is None else f"{kind}:{t}"
+        return v.union_tag if isinstance(v, UnionMember) else None
 
     return Annotated[Union[tuple(members)], Discriminator(disc), BeforeValidator(_shorthand(kind))]
 

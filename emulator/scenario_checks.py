@@ -1,6 +1,7 @@
 """Checks across the blocks of a validated scenario (what no single block's model can see):
 the algorithm runs under the protocol, several workloads only under a multi-model protocol,
-selection and wait counts within the fleet, topology attachments name groups. Each problem is
+the counts of every block within the fleet (each block's declared `Params.fleet_problems`:
+selection and wait counts, client ids), topology attachments name groups. Each problem is
 located at the YAML path of the field to change."""
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def algorithm_for(sc, index: int):
 def cross_check(sc) -> list:
     """Checks across blocks, each located at the YAML path of the field to change:
     the algorithm runs under the protocol, several workloads only under a multi-model
-    protocol, selection and wait counts within the fleet, topology attachments name groups."""
+    protocol, every block's declared fleet problems (`Params.fleet_problems`: selection and
+    wait counts within the fleet), topology attachments name groups."""
     problems = []
     algo = registry.get("algorithm", sc.algorithm.name).factory
     proto = sc.protocol.name
@@ -45,32 +47,7 @@ def cross_check(sc) -> list:
                     problems.append((f"workloads[{i}].algorithm.{loc}" if loc else f"workloads[{i}].algorithm", msg))
     if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
         problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
-    n = sc.clients.count
-    sel = getattr(sc.protocol, "select", None)
-    k = getattr(sel, "k", None)
-    if k is not None and k > n:
-        problems.append(("protocol.select.k", f"{k} clients per round, but clients.count is {n}"))
-    mk = getattr(sc.protocol, "k", None)                       # multi_model's clients per round
-    if mk is not None and mk > n:
-        problems.append(("protocol.k", f"{mk} clients per round, but clients.count is {n}"))
-    sets = getattr(sel, "sets", None)
-    if sets is not None and any(c >= n for s in sets for c in s):
-        problems.append(("protocol.select.sets", f"client ids must be below clients.count = {n}"))
-    p = getattr(sel, "p", None)
-    if isinstance(p, list) and len(p) != n:
-        problems.append(("protocol.select.p", f"{len(p)} probabilities for clients.count = {n} clients"))
-    wait = getattr(sc.protocol, "wait", None)
-    wk = getattr(wait, "k", None)
-    if wk is not None and wk > n:
-        problems.append(("protocol.wait.k", f"waits for {wk} uploads, but clients.count is {n}"))
-    assignment = getattr(sc.protocol, "assignment", None)      # multi-model equal groups (docs/algorithms/multimodel.md A5)
-    M = len(sc.workload_list)
-    if assignment in ("mfa_rand", "mfa_rr") and M > 1 and not sc.protocol.allow_unequal_groups:
-        K = sc.protocol.k if sc.protocol.k is not None else n
-        if K % M:
-            problems.append(("protocol.k" if sc.protocol.k is not None else "clients.count",
-                             f"{K} clients per round do not split into {M} equal groups (one per model); "
-                             f"set protocol.allow_unequal_groups: true for sizes that differ by one"))
+    problems += sc.fleet_problems("", registry.FleetSize(sc.clients.count, len(sc.workload_list)))
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}

@@ -4,6 +4,8 @@ registered component by its tag "kind:name" (filled when the scenario schema is 
 by the schema, by the error messages and by the docs)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 # Which key selects the component in each kind of block, and its default when absent.
 TAG_KEY = {"compute": "model", "availability": "model", "network": "model", "selection": "model"}
 TAG_DEFAULT = {"network": "link", "executor": "sequential"}
@@ -12,3 +14,9 @@ TAGGED: dict[str, type] = {}   # "kind:name" -> member model class
 
 def tag_key(kind: str) -> str:
     return TAG_KEY.get(kind, "name")
+
+
+class UnionMember:
+    """Base of every member model of a registry union (beside the component's params):
+    `union_tag` is its tag "kind:name", what the union's discriminator reads off an instance."""
+    union_tag: ClassVar[str]

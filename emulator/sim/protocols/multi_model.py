@@ -63,6 +63,19 @@ class MultiModelParams(LocalWorkParams):
             raise ValueError("multi_model waits for all groups or a deadline (wait: first_k is not defined here)")
         return self
 
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        n, M = fleet.clients, fleet.models
+        if self.k is not None and self.k > n:
+            out.append((f"{at}.k", f"{self.k} clients per round, but clients.count is {n}"))
+        if self.assignment in ("mfa_rand", "mfa_rr") and M > 1 and not self.allow_unequal_groups:
+            K = self.k if self.k is not None else n           # equal groups (docs/algorithms/multimodel.md A5)
+            if K % M:
+                out.append((f"{at}.k" if self.k is not None else "clients.count",
+                            f"{K} clients per round do not split into {M} equal groups (one per model); "
+                            f"set {at}.allow_unequal_groups: true for sizes that differ by one"))
+        return out
+
 
 class MultiModel(Protocol):
     name = "multi_model"

@@ -37,6 +37,12 @@ class WaitFirstK(Params):
     mode: Literal["first_k"]
     k: int = Field(ge=1, description="the round closes when k uploads have arrived")
 
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        if self.k > fleet.clients:
+            out.append((f"{at}.k", f"waits for {self.k} uploads, but clients.count is {fleet.clients}"))
+        return out
+
 
 Wait = Annotated[Union[WaitAll, WaitDeadline, WaitFirstK], Field(discriminator="mode"),
                  BeforeValidator(lambda v: {"mode": v} if isinstance(v, str) else v)]
