@@ -311,3 +311,59 @@ def test_an_installed_package_is_loaded_through_the_entry_point_group(tmp_path, 
     with pytest.raises(emulator.ScenarioError) as e:
         plugins.load_entry_points()
     assert "flemu.plugins:my_methods" in str(e.value) and "missing dependency xyz" in str(e.value)
+
+
+FROM_CLIENT = '''
+from pydantic import Field
+
+from emulator.api import Params, Selection, register
+
+
+class FromClientParams(Params):
+    first: int = Field(0, ge=0, description="the lowest client id selected")
+
+    def fleet_problems(self, at, fleet):
+        out = super().fleet_problems(at, fleet)
+        if self.first >= fleet.clients:
+            out.append((f"{at}.first", f"client {self.first} is not in the fleet (clients.count is {fleet.clients})"))
+        return out
+
+
+class FromClient(Selection):
+    def __init__(self, first):
+        self.first = first
+
+    def select(self, round_, available, num_clients, rng):
+        return sorted(c for c in available if c >= self.first)
+
+
+register("selection", "from_client", FromClientParams, "the available clients from id `first` on",
+         lambda p, ctx=None: FromClient(p.first))
+'''
+
+
+@pytest.mark.parametrize("protocol", ["rounds", "intervals"])
+def test_a_plugin_selection_declares_its_fleet_check(tmp_path, protocol):
+    """A plugin's selection params declare a check against the fleet (`fleet_problems`): under
+    any protocol with a `select` block, a value outside the fleet is exit 2 naming its YAML path,
+    with nothing written; a value inside it runs, selecting what the plugin says."""
+    d = tmp_path / "scen"
+    d.mkdir()
+    (d / "from_client.py").write_text(FROM_CLIENT)
+    sc = quadratic_scenario(rounds=2)
+    sc["plugins"] = ["from_client.py"]
+    if protocol == "intervals":
+        sc["protocol"] = {"name": "intervals", "interval": 6.0, "iteration": "batch"}
+    sc["protocol"]["select"] = {"model": "from_client", "first": 6}
+    f = d / "s.yaml"
+    f.write_text(yaml.safe_dump(sc))
+    r = flemu("run", f, "-q", "--out", tmp_path / "runs" / "bad")
+    assert r.returncode == 2, r.stderr
+    assert "protocol.select.first: client 6 is not in the fleet (clients.count is 6)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "runs").exists()
+    sc["protocol"]["select"]["first"] = 4
+    f.write_text(yaml.safe_dump(sc))
+    r = flemu("run", f, "-q", "--out", tmp_path / "runs" / "good")
+    assert r.returncode == 0, r.stderr
+    c = pd.read_csv(tmp_path / "runs" / "good" / "clients.csv")
+    assert c[c["selected"]].groupby("round")["client"].apply(list).tolist() == [[4, 5]] * 2
