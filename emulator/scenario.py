@@ -1,7 +1,7 @@
 """Scenario files: YAML -> validated pydantic model (docs/architecture.md section 5).
 
 - `yaml.safe_load` only; `--set path=value` overrides are applied to the raw mapping first
-  (values parsed as YAML: numbers, booleans, lists, null).
+  (values parsed as YAML: numbers, booleans, lists, null; emulator/overrides.py).
 - The schema is built from the registries: every registered component is one member of a
   tagged union keyed by its `name` (or `model` for device models), so a new component is
   valid in scenarios as soon as it is registered.
@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
@@ -31,6 +30,7 @@ from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
 from .tags import TAGGED as _TAGGED
 from .tags import UnionMember
 from .tags import tag_key as _tag_key
+from .overrides import apply_overrides, expand_path, parse_override, split_path  # noqa: F401  (re-exported)
 from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
 from .validation_errors import explain, format_path, remember_known_names  # noqa: F401  (format_path: re-exported)
 
@@ -180,9 +180,15 @@ def schema() -> type:
 schema.cache_clear = _SCHEMA.clear     # type: ignore[attr-defined]  (the old lru_cache's call)
 
 
-def _build_schema() -> type:
-    """The Scenario model of the registries as they are now."""
-    T = _unions()
+class Output(Params):
+    """Where and what the run writes."""
+    dir: Optional[str] = Field(None, description="run directory (default runs/<name>)")
+    clients_csv: Literal["all", "participants"] = Field("all", description="rows for every client each round, or only for the selected ones")
+    events: bool = Field(False, description="also write events.csv: every client state transition (time, client, state, round, detail)")
+
+
+def _workload_model(T: dict) -> type:
+    """The workload block, typed with this build's unions `T`."""
 
     class Workload(Params):
         """One model's workload: dataset, partition, model, batch size."""
@@ -192,6 +198,12 @@ def _build_schema() -> type:
         batch_size: Annotated[Union[int, str], BeforeValidator(_batch_size)] = Field(32, description="local mini-batch size, or `full` for full-batch gradients")
         algorithm: Optional[dict] = Field(None, description="multi-model runs: this model's overrides of the algorithm block (e.g. {lr: 0.01})")
         local_steps: Optional[int] = Field(None, ge=1, description="multi-model runs: this model's local steps per round (default: the protocol's)")
+
+    return Workload
+
+
+def _clients_model(T: dict) -> type:
+    """The fleet block (its device groups), typed with this build's unions `T`."""
 
     class Group(FiniteParams):
         """A device class: how many clients, how fast they compute, their links and availability."""
@@ -213,11 +225,13 @@ def _build_schema() -> type:
         def _sizes(cls, groups, info):
             return _check_group_sizes(groups, info.data.get("count"))
 
-    class Output(Params):
-        """Where and what the run writes."""
-        dir: Optional[str] = Field(None, description="run directory (default runs/<name>)")
-        clients_csv: Literal["all", "participants"] = Field("all", description="rows for every client each round, or only for the selected ones")
-        events: bool = Field(False, description="also write events.csv: every client state transition (time, client, state, round, detail)")
+    return Clients
+
+
+def _build_schema() -> type:
+    """The Scenario model of the registries as they are now."""
+    T = _unions()
+    Workload, Clients = _workload_model(T), _clients_model(T)
 
     class Scenario(Params):
         """A flemu scenario."""
@@ -251,114 +265,6 @@ def _build_schema() -> type:
 
 
 # --------------------------------------------------------------------------- loading
-def parse_override(item: str):
-    if "=" not in item:
-        raise ScenarioError([(f"--set {item}", "overrides look like path=value, e.g. algorithm.lr=0.1")])
-    path, _, val = item.partition("=")
-    try:
-        value = yaml_input.parse(val) if val != "" else ""
-    except yaml_input.YamlInputError as e:
-        raise ScenarioError([(f"--set {path.strip()}", str(e))]) from None
-    except yaml.YAMLError:
-        value = val
-    return path.strip(), value
-
-
-_SEG = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-def split_path(path: str) -> list:
-    out = []
-    for name, idx in _SEG.findall(path):
-        if idx:
-            out.append(int(idx))
-        elif name.isdigit():
-            out.append(int(name))
-        else:
-            out.append(name)
-    return out
-
-
-def expand_path(raw: dict, path: str) -> list:
-    """`a.b[*].c` -> the key lists of every `a.b[i].c` whose list exists in `raw` (a path
-    without `[*]`: itself). `[*]` on something that is not a list is a ScenarioError."""
-    out = []
-
-    def walk(node, done, rest):
-        if not rest:
-            out.append(done)
-            return
-        k, tail = rest[0], rest[1:]
-        if k == "*":
-            if not isinstance(node, list):
-                raise ScenarioError([(f"--set {path}", f"{format_path(done)} is not a list, so [*] has nothing to expand")])
-            for i, item in enumerate(node):
-                walk(item, done + [i], tail)
-            return
-        nxt = None
-        if isinstance(node, dict):
-            nxt = node.get(k)
-        elif isinstance(node, list) and isinstance(k, int) and k < len(node):
-            nxt = node[k]
-        walk(nxt if nxt is not None else {}, done + [k], tail)
-    walk(raw, [], split_path(path))
-    return out
-
-
-def apply_overrides(raw: dict, overrides) -> dict:
-    """Set each `path=value` in the raw mapping, in order (creating mappings on the way);
-    `[*]` in a path sets every item of that list as it stands then
-    (`clients.groups[*].availability=...`), each item its own copy of the value."""
-    problems = []
-    for item in overrides or ():
-        path, value = item if isinstance(item, tuple) else parse_override(item)
-        keys = split_path(path)
-        if "*" not in keys:
-            _set(raw, path, keys, value, problems)
-            continue
-        try:
-            for concrete in expand_path(raw, path):
-                _set(raw, path, concrete, copy.deepcopy(value), problems)
-        except ScenarioError as e:
-            problems += e.problems
-    if problems:
-        raise ScenarioError(problems)
-    return raw
-
-
-def _set(raw: dict, path: str, keys: list, value, problems: list) -> None:
-    """Set one concrete key path (no `[*]`); a problem is appended, not raised."""
-    if not keys:
-        problems.append((f"--set {path}", "empty path"))
-        return
-    node = raw
-    for i, k in enumerate(keys[:-1]):
-        nxt = keys[i + 1]
-        if isinstance(k, int):
-            if not isinstance(node, list) or k >= len(node):
-                problems.append((f"--set {path}", f"{format_path(keys[:i + 1])} is not an existing list item"))
-                return
-            node = node[k]
-        else:
-            if not isinstance(node, dict):
-                problems.append((f"--set {path}", f"{format_path(keys[:i])} is not a mapping"))
-                return
-            if k not in node or node[k] is None:
-                node[k] = [] if isinstance(nxt, int) else {}
-            elif isinstance(node[k], str) and not isinstance(nxt, int):
-                node[k] = {TAG_KEY.get(k, "name"): node[k]}   # shorthand `partition: iid`
-            node = node[k]
-    last = keys[-1]
-    if isinstance(last, int):
-        if not isinstance(node, list) or last >= len(node):
-            problems.append((f"--set {path}", f"{format_path(keys)} is not an existing list item"))
-            return
-    elif not isinstance(node, dict):
-        problems.append((f"--set {path}", f"{format_path(keys[:-1])} is not a mapping"))
-        return
-    node[last] = value
-
-
 parse_yaml, read_yaml = yaml_input.parse_or_explain, yaml_input.read_mapping   # (historic names)
 
 
