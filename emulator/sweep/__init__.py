@@ -51,7 +51,8 @@ from .driver import SweepResult, default_threads, run_sweep
 from .plan import RunPlan, apply, expand, resolve
 from .index import INDEX_FIGURES, index_rows, write_index
 from .lock import FolderLock, SweepError
-from .spec import BACKENDS, SPEC_KEYS, Axis, SweepSpec, load_spec, value_label
+from .axes import Axis, value_label
+from .spec import BACKENDS, SPEC_KEYS, SweepSpec, load_spec
 from .state import DONE, read_summary, scan
 
 __all__ = ["load_spec", "expand", "resolve", "apply", "value_label", "run_sweep", "default_threads",

@@ -11,6 +11,7 @@ from typing import Optional
 
 from .. import scenario as scn
 from ..errors import ScenarioError
+from ..overrides import apply_overrides
 from .spec import SweepSpec
 
 
@@ -56,8 +57,8 @@ def expand(spec: SweepSpec) -> list:
 
 def apply(raw: dict, overrides) -> dict:
     """Apply (path, value) overrides in order (values are copied: a plan's values are shared
-    by its runs; `[*]` expands as in `--set`: `scenario.apply_overrides`)."""
-    return scn.apply_overrides(raw, [(path, copy.deepcopy(value)) for path, value in overrides])
+    by its runs; `[*]` expands as in `--set`: `overrides.apply_overrides`)."""
+    return apply_overrides(raw, [(path, copy.deepcopy(value)) for path, value in overrides])
 
 
 def resolve(spec: SweepSpec, plans, threads: Optional[int] = None) -> list:
