@@ -248,7 +248,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from . import sweep as sw
-    from .errors import FlemuError, ScenarioError
+    from .errors import FlemuError
 
     res_over = {}
     if cpus is not None:
@@ -259,13 +259,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
         spec = sw.load_spec(file, grid=grid, sets=set_, seeds=_yaml_value(seeds) if seeds is not None else None,
                             out=out_dir, plugins=plugin)
         if dry_run:
-            res = sw.run_sweep(spec, backend=backend, workers=workers, threads=threads, dry_run=True)
-            t = Table(title=f"sweep {spec.name}: {len(res.index)} runs in {spec.dir}", title_justify="left")
-            for c in ["run", *[a.name for a in spec.axes], "seed", "status"]:
-                t.add_column(c)
-            for _, r in res.index.iterrows():
-                t.add_row(*[str(r[c]) for c in ["run", *[a.name for a in spec.axes], "seed", "status"]])
-            out.print(t)
+            _show_plan(spec, sw.run_sweep(spec, backend=backend, workers=workers, threads=threads, dry_run=True))
             return
         with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), TextColumn("{task.fields[count]}"),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"),
@@ -282,10 +276,24 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
             res = sw.run_sweep(spec, backend=backend, workers=workers, address=address, resources=res_over or None,
                                threads=threads, retry_failed=retry_failed, rerun_stale=rerun_stale,
                                progress=on_progress)
-    except ScenarioError as e:
-        _fail(e)
     except FlemuError as e:
         _fail(e)
+    _report_sweep(spec, res)
+
+
+def _show_plan(spec, res) -> None:
+    """`flemu sweep --dry-run`: a table of the planned runs, their axis values and states."""
+    cols = ["run", *[a.name for a in spec.axes], "seed", "status"]
+    t = Table(title=f"sweep {spec.name}: {len(res.index)} runs in {spec.dir}", title_justify="left")
+    for c in cols:
+        t.add_column(c)
+    for _, r in res.index.iterrows():
+        t.add_row(*[str(r[c]) for c in cols])
+    out.print(t)
+
+
+def _report_sweep(spec, res) -> None:
+    """The counts of a finished sweep, its folder, and its failures (exit status 1 if any)."""
     c = res.counts
     parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "stopped", "failed", "pending") if c.get(k)]
     out.print(f"sweep {spec.name}: {len(res.index)} runs: {', '.join(parts)} "

@@ -83,3 +83,18 @@ def test_the_command_line_joins_the_file(tmp_path):
     # a scenario file is a sweep of its own base
     one = load_spec(base, seeds=[5, 7])
     assert one.name == "quad" and one.seeds == [5, 7] and one.axes == [] and Path(one.raw["base"]["name"]) == Path("quad")
+
+
+def test_dry_run_lists_the_planned_runs_and_writes_nothing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from emulator.cli import app
+    monkeypatch.chdir(tmp_path)
+    Path("s.yaml").write_text(yaml.safe_dump(quadratic_scenario(rounds=2)))
+    r = CliRunner().invoke(app, ["sweep", "s.yaml", "--grid", "algorithm.lr=[0.1, 0.2]", "--seeds", "2",
+                                 "--dry-run", "--out", "sw"])
+    assert r.exit_code == 0, r.output
+    assert "sweep quad: 4 runs in sw" in r.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in r.output.splitlines() if line.startswith("│")]
+    assert rows == [[f"lr={lr}__seed={s}", str(lr), str(s), "pending"] for lr in (0.1, 0.2) for s in (0, 1)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

@@ -49,32 +49,17 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
     index (sweep.csv) and counts. `dry_run`: plan and report only, write nothing."""
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    o = spec.options
-    backend = backend or o.get("backend", "local")
-    if backend not in BACKENDS:
-        raise ScenarioError([("backend", f"one of {', '.join(BACKENDS)}, got {backend!r}")])
-    resources = {**(o.get("resources") or {}), **(resources or {})}
-    resources = {"num_cpus": float(resources.get("num_cpus", resources.get("cpus", 1))),
-                 "num_gpus": float(resources.get("num_gpus", resources.get("gpus", 0)))}
-    workers = workers or o.get("workers")
-    address = address or o.get("address")
-    if threads is None:
-        threads = o.get("threads")
+    backend, workers, address, resources, threads = _settings(spec.options, backend, workers, address,
+                                                              resources, threads)
     plans = expand(spec)
     root = spec.dir
-    if workers is None:
-        workers = (os.cpu_count() or 1) if backend == "local" else None
-    if threads is None:
-        threads = default_threads(backend, workers or 1, resources)
     resolve(spec, plans, threads)
     axes = [a.name for a in spec.axes]
-
     if dry_run:
         state = scan(root, plans) if root.exists() else {p.id: {"status": "pending", "summary": None,
                                                                  "failure": None, "stale": None} for p in plans}
         import pandas as pd
-        df = pd.DataFrame(index_rows(plans, state, axes))
-        return SweepResult(root, df, _counts(state, skipped=0, ran=0))
+        return SweepResult(root, pd.DataFrame(index_rows(plans, state, axes)), _counts(state, skipped=0, ran=0))
 
     check_sweep_target(root)                  # a new, empty or flemu sweep folder; else nothing written
     _check_run_targets(root, plans)
@@ -110,6 +95,26 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
         index = write_index(root, plans, state, axes)
         journal(root, event="end", ran=ran)
     return SweepResult(root, index, _counts(state, skipped, ran))
+
+
+def _settings(o: dict, backend, workers, address, resources, threads) -> tuple:
+    """(backend, workers, address, resources, threads): the call's, else the sweep file's
+    options, else the defaults (local; one run per core there; default_threads)."""
+    backend = backend or o.get("backend", "local")
+    if backend not in BACKENDS:
+        raise ScenarioError([("backend", f"one of {', '.join(BACKENDS)}, got {backend!r}")])
+    resources = {**(o.get("resources") or {}), **(resources or {})}
+    resources = {"num_cpus": float(resources.get("num_cpus", resources.get("cpus", 1))),
+                 "num_gpus": float(resources.get("num_gpus", resources.get("gpus", 0)))}
+    workers = workers or o.get("workers")
+    address = address or o.get("address")
+    if threads is None:
+        threads = o.get("threads")
+    if workers is None:
+        workers = (os.cpu_count() or 1) if backend == "local" else None
+    if threads is None:
+        threads = default_threads(backend, workers or 1, resources)
+    return backend, workers, address, resources, threads
 
 
 def _check_run_targets(root: Path, plans) -> None:
