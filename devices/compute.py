@@ -2,8 +2,8 @@
 
 A compute model gives, for one client in one round, a `StepClock`: `time(k)` is the virtual
 seconds its first k local steps take, `fit(budget)` the most steps that fit in `budget`
-seconds. Protocols with a fixed amount of work ask `time(E)`; time-driven protocols (T-SFL
-intervals) ask `fit`. Random draws come from the client's own generator (passed in by the
+seconds (the clocks: devices/clocks.py). Protocols with a fixed amount of work ask `time(E)`;
+time-driven protocols (T-SFL intervals) ask `fit`. Random draws come from the client's own generator (passed in by the
 caller, consumed in the client's round order), so results do not depend on the order in
 which clients are simulated.
 
@@ -12,150 +12,16 @@ explicitly, does.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
+from .clocks import DrawClock, FixedClock, RateClock, StepClock  # noqa: F401  (StepClock: re-exported)
 from .trace_files import read_step_trace  # noqa: F401  (re-exported)
 
-FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
-
-# ----------------------------------------------------------------------------- clocks
-class StepClock:
-    def time(self, k: int) -> float:
-        """Virtual seconds taken by the first k steps."""
-        raise NotImplementedError
-
-    def fit(self, budget: float, limit: int = 10**7) -> int:
-        """max{k <= limit : time(k) <= budget * (1 + 1e-9)}."""
-        raise NotImplementedError
-
-    def min_step(self, k: int) -> float:
-        """A lower bound on each of the first k steps' times, from what this clock realised
-        (so k x min_step(k) <= time(k): the post-run invariant "steps fit in the compute time")."""
-        raise NotImplementedError
-
-
-class FixedClock(StepClock):
-    """Every step takes `step` seconds (inf: not even one step)."""
-
-    def __init__(self, step: float):
-        self.step = step
-
-    def time(self, k):
-        if k <= 0:
-            return 0.0
-        return k * self.step
-
-    def fit(self, budget, limit=10**7):
-        if budget < 0:
-            return 0
-        if self.step == 0:
-            return limit
-        if math.isinf(self.step):
-            return 0
-        k = int(math.floor(budget * (1 + FIT_EPS) / self.step))
-        # exact check against time(): floor of a quotient can be off by one ulp
-        while k > 0 and self.time(k) > budget * (1 + FIT_EPS):
-            k -= 1
-        while self.time(k + 1) <= budget * (1 + FIT_EPS) and k < limit:
-            k += 1
-        return min(k, limit)
-
-    def min_step(self, k):
-        return self.step
-
-
-class DrawClock(StepClock):
-    """Each step's time is an independent draw, made lazily in step order."""
-
-    def __init__(self, draw: Callable[[int], np.ndarray]):
-        self._draw = draw
-        self._cum = [0.0]
-
-    @classmethod
-    def from_draws(cls, first: Sequence[float], more: Callable[[int], np.ndarray]) -> "DrawClock":
-        """The first steps' times given (this round's bulk draw); any further steps drawn."""
-        c = cls(more)
-        for v in first:
-            c._cum.append(c._cum[-1] + float(v))
-        return c
-
-    def _extend(self, k):
-        while len(self._cum) <= k:
-            need = max(k + 1 - len(self._cum), 16)
-            for v in self._draw(need):
-                self._cum.append(self._cum[-1] + float(v))
-
-    def time(self, k):
-        if k <= 0:
-            return 0.0
-        self._extend(k)
-        return self._cum[k]
-
-    def fit(self, budget, limit=10**7):
-        b = budget * (1 + FIT_EPS)
-        k = 0
-        while k < limit:
-            self._extend(k + 1)
-            if self._cum[k + 1] > b:
-                break
-            k += 1
-        return k
-
-    def min_step(self, k):
-        if k <= 0:
-            return 0.0
-        self._extend(k)
-        return float(np.min(np.diff(self._cum[:k + 1])))
-
-
-class RateClock(StepClock):
-    """Steps proceed at a piecewise-constant step time that changes at given times
-    (trace replay): time(k) integrates the work through the pieces, starting at `now`."""
-
-    def __init__(self, now: float, starts: Sequence[float], step_times: Sequence[float]):
-        self.now, self.starts, self.steps = now, list(starts), list(step_times)
-
-    def _piece(self, t):
-        return max(0, bisect.bisect_right(self.starts, t) - 1)
-
-    def time(self, k):
-        if k <= 0:
-            return 0.0
-        t, left = self.now, float(k)
-        i = self._piece(t)
-        while True:
-            st = self.steps[i]
-            end = self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
-            cap = (end - t) / st if st > 0 else math.inf
-            if left <= cap:
-                return t + left * st - self.now
-            left -= cap
-            t = end
-            i += 1
-
-    def fit(self, budget, limit=10**7):
-        t, done = self.now, 0.0
-        stop = self.now + budget * (1 + FIT_EPS)
-        i = self._piece(t)
-        while t < stop:
-            st = self.steps[i]
-            end = min(self.starts[i + 1] if i + 1 < len(self.starts) else math.inf, stop)
-            done += (end - t) / st if st > 0 else math.inf
-            t = end
-            i += 1
-        return int(min(limit, math.floor(done + 1e-9)))
-
-    def min_step(self, k):
-        return min(self.steps[self._piece(self.now):])
-
-
-# ----------------------------------------------------------------------------- models
 @dataclass
 class Work:
     """What one step costs: training FLOPs (the FLOP-based model) and samples (trace)."""

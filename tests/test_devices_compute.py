@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from devices import clocks
 from devices import compute as cm
 
 
@@ -21,7 +22,7 @@ def test_fit_float_guard_grid(monkeypatch):
     for delta, tau in grid:
         assert cm.FixedClock(delta / tau).fit(delta) == tau, (delta, tau)
     # without the guard the clock loses one iteration exactly where time(tau) > delta in floats
-    monkeypatch.setattr(cm, "FIT_EPS", 0.0)
+    monkeypatch.setattr(clocks, "FIT_EPS", 0.0)
     unguarded = {(d, t): cm.FixedClock(d / t).fit(d) for d, t in grid}
     assert {k: v for k, v in unguarded.items() if v != k[1]} == {(d, t): t - 1 for d, t in GUARD_SENSITIVE}
     # and the guard is relative and tiny: a budget short by 1e-6 of time(tau) still fits tau - 1

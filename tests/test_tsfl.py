@@ -530,6 +530,7 @@ def test_t11_float_guard_exact_tau(guard_runs, monkeypatch, run_in):
     """c = delta/tau, d = u = 0, tau in 1..49, delta in {1, .3, .7, 3.3, 7, 10}: exactly tau
     iterations (T11). The check is sensitive: on the cases listed by guard_sensitive_cases the
     clock without its guard fits tau - 1 (shown below), and the emulator then records tau - 1."""
+    import devices.clocks
     import devices.compute as dc
     sensitive = guard_sensitive_cases()
     assert len(sensitive) >= 5 and {d for d, _ in sensitive} >= {0.3, 3.3, 7}
@@ -539,7 +540,7 @@ def test_t11_float_guard_exact_tau(guard_runs, monkeypatch, run_in):
     for d in GUARD_DELTAS:
         for t in range(1, 50):
             assert dc.FixedClock(d / t).fit(d) == t
-    monkeypatch.setattr(dc, "FIT_EPS", 0.0)
+    monkeypatch.setattr(devices.clocks, "FIT_EPS", 0.0)
     for d, t in sensitive:
         assert dc.FixedClock(d / t).fit(d) == t - 1
     res = run_in(guard_scenario(3.3), "noguard")          # the emulator, unguarded
