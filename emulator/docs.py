@@ -8,6 +8,7 @@ checks that the committed page is current).
 from __future__ import annotations
 
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 
 from . import registry
 from .scenario import _TAGGED, schema
+from .validation_errors import bounds
 
 SECTIONS = [  # (YAML path, kind or None, title)
     ("workload.dataset", "dataset", "Datasets"),
@@ -37,7 +39,7 @@ def _type(ann) -> str:
         return "null"
     if origin is typing.Literal:
         return " \\| ".join(str(a) for a in typing.get_args(ann))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(ann) if a is not type(None)]
         plain = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args]
         if plain and all(isinstance(a, type) and issubclass(a, BaseModel)
@@ -78,13 +80,7 @@ def _default(f) -> str:
 
 
 def _constraints(f) -> str:
-    out = []
-    for m in f.metadata:
-        for k in ("gt", "ge", "lt", "le", "min_length"):
-            v = getattr(m, k, None)
-            if v is not None:
-                out.append({"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min items"}[k] + f" {v}")
-    return ", ".join(out)
+    return ", ".join(f"{sign} {v}" for sign, v in bounds(f))
 
 
 def fields_table(model, prefix="") -> list:

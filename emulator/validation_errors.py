@@ -10,6 +10,7 @@ import typing
 import weakref
 from typing import Any, Optional
 
+import annotated_types as at
 from pydantic import BaseModel, ValidationError
 
 from . import registry
@@ -186,6 +187,16 @@ def _known(S, kind: str) -> list:
     return sorted(registry.table(kind)) if kind in registry.KINDS else []
 
 
+_BOUNDS = ((at.Gt, ">", lambda m: m.gt), (at.Ge, ">=", lambda m: m.ge), (at.Lt, "<", lambda m: m.lt),
+           (at.Le, "<=", lambda m: m.le), (at.MinLen, "min items", lambda m: m.min_length))
+
+
+def bounds(f) -> list:
+    """The declared bounds of a pydantic field (`Field(gt=0, le=1, min_length=1)`: pydantic
+    keeps them as annotated_types metadata) as [(">", 0), ("<=", 1), ("min items", 1)]."""
+    return [(sign, value(m)) for m in f.metadata for kind, sign, value in _BOUNDS if isinstance(m, kind)]
+
+
 def _allowed(S, loc) -> str:
     """'; allowed: ...' from the constraints of the field at `loc` (a non-finite or oversized
     number: say what the field takes)."""
@@ -193,8 +204,7 @@ def _allowed(S, loc) -> str:
     f = parent.model_fields.get(loc[-1]) if parent is not None and loc else None
     if f is None:
         return ""
-    signs = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-    out = [f"{signs[k]} {_num(getattr(m, k))}" for m in f.metadata for k in signs if getattr(m, k, None) is not None]
+    out = [f"{sign} {_num(v)}" for sign, v in bounds(f) if sign != "min items"]
     what = "a whole number" if f.annotation in (int, Optional[int]) else "a finite number"
     return f"; allowed: {what} {', '.join(out)}".rstrip()
 

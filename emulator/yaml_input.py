@@ -149,9 +149,10 @@ def parse_or_explain(text, source=None):
     except YamlInputError as e:
         raise ScenarioError([(e.path, str(e))], source=source) from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        marked = isinstance(e, yaml.MarkedYAMLError)
+        mark = e.problem_mark if marked else None
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError([("", f"not valid YAML{where}: {getattr(e, 'problem', None) or e}")],
+        raise ScenarioError([("", f"not valid YAML{where}: {(e.problem if marked else None) or e}")],
                             source=source) from None
 
 

@@ -120,3 +120,12 @@ def test_scenario_text_source_and_sweep_file_use_the_same_reader(tmp_path):
     f.write_text("name: a\nbase: s.yaml\nseeds: 1\nseeds: 2\n")
     with pytest.raises(ScenarioError, match=r"seeds: key 'seeds' is given twice: line 3 and line 4"):
         sw.load_spec(f)
+
+
+def test_text_that_is_not_yaml_names_its_line_and_column():
+    """A scanner error carries its mark: the problem is located at the line and column of the
+    file where YAML gave up (the second `:` of `{rounds: a: b}`, line 3, column 16)."""
+    text = "name: x\nseed: 0\nrun: {rounds: a: b}\n"
+    with pytest.raises(ScenarioError) as e:
+        yaml_input.parse_or_explain(text, source="s.yaml")
+    assert e.value.problems == [("", "not valid YAML (line 3, column 16): expected ',' or '}', but got ':'")]
