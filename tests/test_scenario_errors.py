@@ -45,12 +45,12 @@ CASES = [
     ("first_k above the fleet", lambda s: s["protocol"].update(wait={"mode": "first_k", "k": 9}),
      "protocol.wait.k", "waits for 9 uploads, but clients.count is 6"),
     ("multi-model k not splitting into equal groups", lambda s: s.update(
-        workloads=[s["workload"]] * 2, workload=None, protocol={
+        workloads=[copy.deepcopy(s["workload"]) for _ in range(2)], workload=None, protocol={
             "name": "multi_model", "assignment": "mfa_rand", "local_steps": 2, "k": 5}),
      "protocol.k", "5 clients per round do not split into 2 equal groups (one per model); "
                    "set protocol.allow_unequal_groups: true"),
     ("multi-model fleet not splitting into equal groups", lambda s: s.update(
-        workloads=[s["workload"]] * 4, workload=None, protocol={
+        workloads=[copy.deepcopy(s["workload"]) for _ in range(4)], workload=None, protocol={
             "name": "multi_model", "assignment": "mfa_rr", "local_steps": 2}),
      "clients.count", "6 clients per round do not split into 4 equal groups"),
 ]
