@@ -71,7 +71,7 @@ def tagged(kind: str, ns: Optional[dict] = None):
         m = create_model(f"{kind.title()}_{name}", __base__=(e.params, UnionMember), **_spec_fields(e.params, ns),
                          **{key: (Literal[name], Field(name, description=f"{kind} name"))})
         m.__doc__ = e.description
-        m.union_tag = f"{kind}:{name}"
+        m.union_name = name
         _TAGGED[f"{kind}:{name}"] = m
         members.append(Annotated[m, Tag(f"{kind}:{name}")])
     if len(members) == 1:
@@ -81,7 +81,7 @@ def tagged(kind: str, ns: Optional[dict] = None):
         if isinstance(v, dict):
             t = v.get(key, default)
             return None if t is None else f"{kind}:{t}"
-        return v.union_tag if isinstance(v, UnionMember) else None
+        return f"{kind}:{v.union_name}" if isinstance(v, UnionMember) else None
 
     return Annotated[Union[tuple(members)], Discriminator(disc), BeforeValidator(_shorthand(kind))]
 

@@ -18,5 +18,6 @@ def tag_key(kind: str) -> str:
 
 class UnionMember:
     """Base of every member model of a registry union (beside the component's params):
-    `union_tag` is its tag "kind:name", what the union's discriminator reads off an instance."""
-    union_tag: ClassVar[str]
+    `union_name` is the component's registered name, what the union's discriminator reads off
+    an instance (a block given as a built model rather than a mapping)."""
+    union_name: ClassVar[str]

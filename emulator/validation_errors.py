@@ -160,7 +160,8 @@ def _unknown_tag(S, ctx, path) -> tuple:
     kind, _, name = tag.partition(":")
     known = _known(S, kind)
     key = _tag_key(kind)
-    what = registry.KINDS[kind].split(" (")[0][:-1] if kind in registry.KINDS else "name"
+    what = registry.KINDS[kind].split(" (")[0] if kind in registry.KINDS else "name"
+    what = what[:-1] if what.endswith("s") else what             # "compute models" -> "compute model"
     return (f"{path}.{key}" if path else key), f"unknown {what} {name!r}; known: {', '.join(known)}{_closest(name, known)}"
 
 

@@ -31,6 +31,11 @@ CASES = [
     ("model does not fit the data", lambda s: s["workload"].update(model={"name": "cnn_mnist"}),
      "workload.model.name", "cnn_mnist needs image inputs"),
     ("no stopping rule", lambda s: s.update(run={"eval_every": 2}), "run", "rounds"),
+    ("unknown selection model", lambda s: s["protocol"].update(select={"model": "uniformm", "k": 2}),
+     "protocol.select.model", "unknown server-side selection 'uniformm'; known: all, biased, cyclic, "
+                              "reshuffled_cyclic, sequence, uniform; did you mean 'uniform'"),
+    ("unknown compute model", lambda s: s["clients"]["groups"][0].update(compute={"model": "constnt"}),
+     "clients.groups[0].compute.model", "unknown compute model 'constnt'"),
     ("more clients per round than clients", lambda s: s["protocol"].update(select={"model": "uniform", "k": 7}),
      "protocol.select.k", "7 clients per round, but clients.count is 6"),
     ("multi-model k above the fleet", lambda s: s.update(protocol={
@@ -151,3 +156,19 @@ def test_diverging_run_stops_with_status(tmp_path):
     assert 1 <= m["round"].max() < 30                      # stopped early, kept what was recorded
     import numpy as np
     assert np.isfinite(np.load(tmp_path / "div" / "model.npy")).all()   # the last finite model
+
+
+def test_a_block_given_as_a_built_model_is_read_by_its_name():
+    """From Python a block may be a built component model (`scenario.member`) instead of a
+    mapping: the union picks its member by the component's declared name; a component of
+    another kind is refused at that block's path."""
+    from emulator.scenario import member
+    sc = tiny()
+    sc["protocol"]["select"] = member("selection", "cyclic", k=2)
+    loaded = emulator.load(sc)
+    assert (loaded.protocol.select.model, loaded.protocol.select.k) == ("cyclic", 2)
+    sc["protocol"]["select"] = member("compute", "constant", step_time=1.0)
+    with pytest.raises(ScenarioError) as e:
+        emulator.load(sc)
+    assert [p for p, _ in e.value.problems] == ["protocol.select.model"]
+    assert "unknown server-side selection 'constant'" in e.value.problems[0][1]
