@@ -3,7 +3,8 @@
 
     from emulator.api import register, Params, FedAvg, FedAvgParams, Aggregation
 
-- registration: `register` (a function, or a class / function decorator), `Params`, and
+- registration: `register` (a function, or a class / function decorator), `Params` (and
+  `FleetSize`, what `Params.fleet_problems` gets), and
   helpers that register data and models written in code (`register_arrays`,
   `register_torch_dataset`, `register_module`) and a compute model from a function
   (`register_step_time`);
@@ -51,7 +52,7 @@ from .compute.training import (ClientTraining, GradientTraining, LocalRule, Opti
                                TrainFn, TrainFunction)
 from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
 from .fleet import GroupContext
-from .registry import Params, register
+from .registry import FleetSize, Params, register
 from .runner import RunResult
 from .workloads.data import FederatedData
 from .workloads.datasets import DatasetContext
@@ -152,7 +153,7 @@ def register_step_time(name: str, fn: Callable[[int, int, np.random.Generator], 
 
 
 __all__ = [
-    "register", "Params", "register_arrays", "register_torch_dataset", "register_module", "register_step_time",
+    "register", "Params", "FleetSize", "register_arrays", "register_torch_dataset", "register_module", "register_step_time",
     "Algorithm", "AlgoContext", "Broadcast", "Upload", "Arrival", "Rows", "Aggregation", "ClientStates",
     "BackgroundTraining", "VersionedModel",
     "LocalSpec", "JobFuture",
