@@ -147,3 +147,24 @@ def test_row_ranges_hand_out_each_clients_rows():
         r[-4]
     rows = ClientRows(r, "cpu")                    # what the executor reads
     assert rows[2].tolist() == [3, 4] and rows.host(0).tolist() == [0, 1, 2] and len(rows) == 3
+
+
+def test_clients_with_the_same_batches_share_one_work_map():
+    """The world's clients: each holds {model: Work} for its batch (min(batch_size, samples));
+    clients of a group whose batches agree hold the same map, not a copy each."""
+    from conftest import tiny
+    from emulator.sim.world import World
+    from emulator.workloads.models import forward_macs
+    sc = tiny(**{"workload.partition": {"name": "lognormal", "sigma": 1.0}, "workload.batch_size": 60,
+                 "clients.count": 12})
+    w = World(scenario.load(sc))
+    t = w.tasks[0]
+    macs = forward_macs(t.net.module, t.data.input_shape)
+    batches = np.minimum(60, t.client_sizes)
+    assert len(set(batches.tolist())) < 12 and (batches < 60).any()      # some share batch 60, some less
+    for c, b in zip(w.clients, batches.tolist()):
+        assert list(c.work) == [0] and c.work[0].batch == b and c.work[0].flops_per_step == 6.0 * macs * b
+    maps = {}
+    for c, b in zip(w.clients, batches.tolist()):
+        assert maps.setdefault(b, c.work) is c.work
+    assert len({id(c.work) for c in w.clients}) == len(set(batches.tolist()))
