@@ -111,7 +111,8 @@ def test_quadratic_rows_are_bit_identical_to_the_earlier_layout(grad_noise):
     p = scenario.member("dataset", "client_quadratic", dim=5, grad_noise=grad_noise, noise_samples=6)
     new = D.client_quadratic(p, ctx(7, 0))
     rng = np.random.default_rng(0)
-    rng.uniform(0.5, 2.0, (7, 5)); rng.normal(0.0, 1.0, (7, 5))          # a and c come first
+    a = rng.uniform(0.5, 2.0, (7, 5)); rng.normal(0.0, 1.0, (7, 5))      # a and c come first
+    assert same(new.extra["blocks"], np.stack([np.diag(row) for row in a]))
     x, idx = old_quadratic_rows(7, 5, grad_noise, 6, rng)
     assert same(new.x_train, x) and len(new.client_indices) == 7
     assert all(same(a, b) for a, b in zip(new.client_indices, idx))

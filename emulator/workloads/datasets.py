@@ -327,7 +327,8 @@ def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> Federated
     else:
         raise ScenarioError([(P, "give a and c (one row per client), or dim to draw them")])
     d = a.shape[1]
-    blocks = np.stack([np.diag(row) for row in a])   # one d x d block per client, at offset 0
+    blocks = np.zeros((N, d, d))                     # one d x d block per client, at offset 0
+    blocks[:, np.arange(d), np.arange(d)] = a        # diag(a_i), written in place
     b = a * c                                        # A_i c_i
     const = 0.5 * (a * c * c).sum(1)                # 1/2 c_i^T A_i c_i: the model's loss is f_i itself
     w_star = (a * c).sum(0) / a.sum(0)               # grad f = 0: (sum A_i) w = sum A_i c_i
