@@ -13,7 +13,7 @@ Default (about a minute): FedAvg, FedSUM, SCAFFOLD, MIFA at 10^4 clients, 50 sam
 --full: the same four at 10^5 clients (the figures of issue 29; a few minutes).
 --algos fedavg: only those algorithms (FedAvg holds no client state: its figures are the memory
 of idle clients).
---million: FedSUM at 10^6 clients, 20 samples a client (about 17 GB resident at peak and 14 minutes, most of
+--million: FedSUM at 10^6 clients, 20 samples a client (about 5.7 GB resident at peak and 4 minutes, most of
 it the data set: see docs/client-state.md; run it alone on the machine).
 
 Writes benchmarks/results/state_memory.json (cases merged by key, so runs may be split).
