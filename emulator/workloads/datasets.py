@@ -16,7 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ..errors import ScenarioError
 from ..registry import Params, register
-from .data import FederatedData, stratified_split
+from .data import FederatedData, RowRanges, stratified_split
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -130,51 +130,72 @@ class SyntheticParams(Params):
     test_fraction: float = Field(0.2, gt=0, lt=1, description="per-device share held out, pooled for testing")
 
 
-def synthetic_devices(p: SyntheticParams, num_devices: int, rng: np.random.Generator):
-    """FedProx Synthetic(alpha, beta): a list of (x_k, y_k) per device (docs/algorithms/workloads.md 1.3)."""
-    d, C = p.dim, p.classes
-    sd = (lambda v: v) if p.scale == "std" else (lambda v: math.sqrt(v))
+def synthetic_sizes(p: SyntheticParams, num_devices: int, rng: np.random.Generator) -> np.ndarray:
+    """n_k = floor(LogNormal(4, 2)) + 50 per device, capped: the generator's first draw."""
     sizes = np.floor(rng.lognormal(4, 2, num_devices)).astype(np.int64) + 50
     if p.max_samples_per_client is not None:
         sizes = np.minimum(sizes, p.max_samples_per_client)
-    cov_diag = np.arange(1, d + 1, dtype=np.float64) ** (-1.2)
+    return sizes
+
+
+def synthetic_draws(p: SyntheticParams, sizes: np.ndarray, rng: np.random.Generator):
+    """FedProx Synthetic(alpha, beta) (docs/algorithms/workloads.md 1.3): yields each device's
+    (x_k float64, y_k) in turn, drawn from `rng` after `synthetic_sizes`. One device's arrays
+    live at a time: the caller keeps what it needs (docs/client-state.md)."""
+    d, C = p.dim, p.classes
+    sd = (lambda v: v) if p.scale == "std" else (lambda v: math.sqrt(v))
+    spread = np.sqrt(np.arange(1, d + 1, dtype=np.float64) ** (-1.2))     # sqrt of the covariance diagonal
     if p.iid:
         W_shared = rng.normal(0, 1, (d, C))
         b_shared = rng.normal(0, 1, C)
-    out = []
-    for k in range(num_devices):
+        v = np.zeros(d)
+    for n in sizes.tolist():
         if p.iid:
-            W, b, v = W_shared, b_shared, np.zeros(d)
+            W, b = W_shared, b_shared
         else:
             u_k = rng.normal(0, sd(p.alpha))
             B_k = rng.normal(0, sd(p.beta))
             W = rng.normal(u_k, 1, (d, C))
             b = rng.normal(u_k, 1, C)
             v = rng.normal(B_k, 1, d)
-        x = v + rng.normal(0, 1, (int(sizes[k]), d)) * np.sqrt(cov_diag)
-        y = np.argmax(x @ W + b, axis=1)
-        out.append((x.astype(np.float32), y.astype(np.int64)))
-    return out
+        x = rng.normal(0, 1, (n, d))
+        x *= spread
+        x += v                        # v + z * spread, in place (IEEE addition commutes)
+        yield x, np.argmax(x @ W + b, axis=1)
+
+
+def synthetic_devices(p: SyntheticParams, num_devices: int, rng: np.random.Generator):
+    """FedProx Synthetic(alpha, beta): a list of (x_k float32, y_k int64) per device."""
+    return [(x.astype(np.float32), y.astype(np.int64))
+            for x, y in synthetic_draws(p, synthetic_sizes(p, num_devices, rng), rng)]
 
 
 @register("dataset", "synthetic", SyntheticParams,
           "FedProx Synthetic(alpha, beta): per-device generated logistic data (natural split)")
 def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
-    devices = synthetic_devices(p, ctx.num_clients, ctx.rng_data)
-    xs_tr, ys_tr, xs_te, ys_te, idx = [], [], [], [], []
-    offset = 0
-    for x, y in devices:
-        n = len(y)
-        perm = ctx.rng_split.permutation(n)
-        k = max(1, int(round(p.test_fraction * n)))
+    """Each device's samples, a random `test_fraction` of them (at least one) pooled for
+    testing: written device by device into arrays allocated once (the sizes are drawn first),
+    so building the data set holds one device's draws beside the data itself."""
+    sizes = synthetic_sizes(p, ctx.num_clients, ctx.rng_data)
+    n_test = np.maximum(1, np.rint(p.test_fraction * sizes).astype(np.int64))   # round half to even, as round()
+    n_train = sizes - n_test
+    x_tr = np.empty((int(n_train.sum()), p.dim), dtype=np.float32)
+    y_tr = np.empty(len(x_tr), dtype=np.int64)
+    x_te = np.empty((int(n_test.sum()), p.dim), dtype=np.float32)
+    y_te = np.empty(len(x_te), dtype=np.int64)
+    o_tr = o_te = 0
+    for (x, y), n, k in zip(synthetic_draws(p, sizes, ctx.rng_data), sizes.tolist(), n_test.tolist()):
+        perm = ctx.rng_split.permutation(n)        # its own stream: the order of draws is the old one
         te, tr = perm[:k], perm[k:]
-        xs_tr.append(x[tr]); ys_tr.append(y[tr]); xs_te.append(x[te]); ys_te.append(y[te])
-        idx.append(np.arange(offset, offset + len(tr)))
-        offset += len(tr)
+        x_tr[o_tr:o_tr + n - k] = x[tr]
+        y_tr[o_tr:o_tr + n - k] = y[tr]
+        x_te[o_te:o_te + k] = x[te]
+        y_te[o_te:o_te + k] = y[te]
+        o_tr += n - k
+        o_te += k
     name = "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
-    return FederatedData(name, np.concatenate(xs_tr), np.concatenate(ys_tr),
-                         np.concatenate(xs_te), np.concatenate(ys_te), p.classes, (p.dim,),
-                         client_indices=idx, natural=True)
+    return FederatedData(name, x_tr, y_tr, x_te, y_te, p.classes, (p.dim,),
+                         client_indices=RowRanges(n_train), natural=True)
 
 
 # --------------------------------------------------------------------------- quadratic
@@ -254,12 +275,13 @@ def _quadratic_data(name, N, d, grad_noise, noise_samples, ctx, extra) -> Federa
         S = noise_samples
         xi = ctx.rng_data.normal(0, grad_noise, (N, S, d))
         xi -= xi.mean(axis=1, keepdims=True)
-        ids = np.repeat(np.arange(N), S)[:, None].astype(np.float32)
-        x = np.concatenate([ids, xi.reshape(N * S, d).astype(np.float32)], axis=1)
-        idx = [np.arange(k * S, (k + 1) * S) for k in range(N)]
+        x = np.empty((N * S, d + 1), dtype=np.float32)      # [client id, xi], filled in place
+        x[:, 0] = np.repeat(np.arange(N), S)
+        x[:, 1:] = xi.reshape(N * S, d)
+        idx = RowRanges(np.full(N, S))
     else:
         x = np.arange(N, dtype=np.float32)[:, None]
-        idx = [np.array([k]) for k in range(N)]
+        idx = RowRanges(np.ones(N, dtype=np.int64))
     y = np.zeros(len(x), dtype=np.int64)
     return FederatedData(name, x, y, x[:0], y[:0], 1, (x.shape[1],), task="quadratic",
                          client_indices=idx, natural=True, extra=extra)
@@ -305,7 +327,8 @@ def client_quadratic(p: ClientQuadraticParams, ctx: DatasetContext) -> Federated
     else:
         raise ScenarioError([(P, "give a and c (one row per client), or dim to draw them")])
     d = a.shape[1]
-    blocks = np.stack([np.diag(row) for row in a])   # one d x d block per client, at offset 0
+    blocks = np.zeros((N, d, d))                     # one d x d block per client, at offset 0
+    blocks[:, np.arange(d), np.arange(d)] = a        # diag(a_i), written in place
     b = a * c                                        # A_i c_i
     const = 0.5 * (a * c * c).sum(1)                # 1/2 c_i^T A_i c_i: the model's loss is f_i itself
     w_star = (a * c).sum(0) / a.sum(0)               # grad f = 0: (sum A_i) w = sum A_i c_i
