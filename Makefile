@@ -91,7 +91,7 @@ bench: $(STAMP)
 	  touch $(FLGO_VENV)/.installed; } || echo "FLGo could not be installed: its emulation-peer rows will be skipped"
 	$(BIN)/python -m benchmarks.run --flower-python $(FLWR_VENV)/bin/python --pfl-python $(PFL_VENV)/bin/python \
 	  --appfl-python $(APPFL_VENV)/bin/python --flgo-python $(FLGO_VENV)/bin/python $(BENCH_FLAGS)
-	$(BIN)/python -m benchmarks.state_memory --full      # per-client state memory (issue 29; ~5 min)
+	$(BIN)/python -m benchmarks.state_memory --full      # per-client state memory (issue 29; ~4 min)
 
 # mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
 # at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
