@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .cohort import submit_cohort
-from .outcome import Outcomes, never_ends, record_outcomes
+from .outcome import Outcomes, multicast_first, never_ends, record_outcomes
 from .round_times import round_times
 
 
@@ -44,11 +44,18 @@ class Ends:
         self.compute = np.where(dur > 0, self.down + dur, self.down)
         self.up = self.compute + u
 
-    def outcomes(self, at: float, stopped: bool) -> Outcomes:
-        """Their outcomes recorded at `at`: stopped there ("late") or still running."""
+    def outcomes(self, at: float, stopped: bool, multicast: bool) -> Outcomes:
+        """Their outcomes recorded at `at`: stopped there ("late") or still running; a
+        multicast broadcast's bytes carried by the first download to arrive."""
         n = len(self.ids)
+        carries = None
+        if multicast:
+            carries = np.zeros(n, dtype=bool)
+            first = multicast_first(self.down, self.down <= at)
+            if first is not None:
+                carries[first] = True
         return Outcomes(self.ids, self.t0, self.steps, self.dur, self.floor, self.down, self.compute, self.up,
-                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at))
+                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at), carries=carries)
 
 
 def close_time(wait, ends: Ends) -> float:
@@ -86,7 +93,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     items = _jobs(proto, task, t, bc, ends, close, arrived, order)
     if close > ends.t0:
         yield at_time(env, close)
-    record_outcomes(log, ends.outcomes(close, True), proto.messages(task), proto.multicast)
+    record_outcomes(log, ends.outcomes(close, True, proto.multicast), proto.messages(task))
     return items
 
 
@@ -125,6 +132,6 @@ def _never_closes(proto, task, t, log, bc, ends: Ends):
     last = float(np.max(np.where(fin, ends.up, ends.down)))
     if last > t0:
         yield at_time(env, last)
-    record_outcomes(log, ends.outcomes(last, False), proto.messages(task), proto.multicast)
+    record_outcomes(log, ends.outcomes(last, False, proto.multicast), proto.messages(task))
     yield never_ends(env)
     return []
