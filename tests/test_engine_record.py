@@ -3,6 +3,7 @@
 (both engines' outcomes reach the round log through `outcome.record_outcomes`, docs/engine.md)."""
 import io
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -61,3 +62,40 @@ def test_both_engines_write_the_same_files(run_in, case):
         assert proc[2] == "complete" and (c["drop_reason"] == "late").any() and (c["bytes_up"] > 0).any()
         if broadcast == "multicast":               # one broadcast's bytes per round
             assert ((c.groupby("round")["bytes_down"].apply(lambda b: (b > 0).sum())) == 1).all()
+
+
+def test_process_engine_rows_are_the_outcome_formulas(run_in, tmp_path):
+    """A round only the process engine can run (continuous-time availability): one client goes
+    offline mid-computation, one arrives, one is late at the deadline. Its clients.csv rows are
+    what `record_outcomes` makes of the sheet's ends, to the last bit: comm_time = download
+    (+ upload), a stopped computation's elapsed seconds and floor(steps x elapsed / duration)
+    steps, bytes of what arrived, the drop reasons."""
+    trace = tmp_path / "online.csv"
+    trace.write_text("client,start,end\n0,0,0.5\n1,0,100\n")     # client 0 leaves at 0.5 s
+    link = {"latency": 0.05, "up_mbps": 8, "down_mbps": 8}
+    avail = {"model": "trace", "path": str(trace), "repeat": False}
+    sc = tiny(**{"clients.count": 3, "run.rounds": 1, "protocol.select": {"model": "all"}, "protocol.local_steps": 10,
+                 "protocol.wait": {"mode": "deadline", "seconds": 1.5}})
+    sc["clients"]["groups"] = [
+        {"name": "fast", "count": 2, "compute": {"model": "constant", "step_time": 0.1}, "network": link,
+         "availability": avail},
+        {"name": "slow", "count": 1, "compute": {"model": "constant", "step_time": 0.2}, "network": link}]
+    res = run_in(sc)
+    assert res.summary["engine"] == "process"
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index("client")
+    down, up = int(c.loc[1, "bytes_down"]), int(c.loc[1, "bytes_up"])
+    assert down > 0 and up > 0
+    d, u = 0.05 + down * 8 / 8e6, 0.05 + up * 8 / 8e6           # each transfer: latency + bytes / rate
+    offline_s, late_s = 0.5 - d, 1.5 - d                         # computing since the download ended
+    want = {   # client: (steps, compute_time, comm_time, bytes_down, bytes_up, drop_reason)
+        0: (int(10 * offline_s / 1.0 + 1e-9), offline_s, d, down, 0, "offline"),
+        1: (10, 1.0, d + u, down, up, np.nan),
+        2: (int(10 * late_s / 2.0 + 1e-9), late_s, d, down, 0, "late")}
+    for cid, (steps, compute, comm, bd, bu, reason) in want.items():
+        row = c.loc[cid]
+        assert (row["steps"], row["bytes_down"], row["bytes_up"]) == (steps, bd, bu), cid
+        assert row["compute_time"] == pytest.approx(compute, abs=1e-12) and row["comm_time"] == pytest.approx(comm, abs=1e-12)
+        assert row["dropped"] == isinstance(reason, str) and (row["drop_reason"] == reason or not isinstance(reason, str))
+    assert (c.loc[0, "steps"], c.loc[2, "steps"]) == (4, 7)     # not vacuous: both stopped part-way
+    m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round")
+    assert (m.loc[1, "bytes_down"], m.loc[1, "bytes_up"], m.loc[1, "dropped"]) == (3 * down, up, 2)
