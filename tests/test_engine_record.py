@@ -99,3 +99,25 @@ def test_process_engine_rows_are_the_outcome_formulas(run_in, tmp_path):
     assert (c.loc[0, "steps"], c.loc[2, "steps"]) == (4, 7)     # not vacuous: both stopped part-way
     m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round")
     assert (m.loc[1, "bytes_down"], m.loc[1, "bytes_up"], m.loc[1, "dropped"]) == (3 * down, up, 2)
+
+
+def test_background_work_is_recorded_at_the_close_and_again_when_it_stops(run_in):
+    """FedUMF's unselected clients train in the background: their downloads end before the
+    round's 0.3 s deadline (their bytes count in the round's metrics row), their computations
+    are cut at the run's end after it (recorded again: the partial steps; each message once,
+    or the post-run invariants fail)."""
+    sc = tiny(**{"run.rounds": 1, "protocol.select": {"model": "uniform", "k": 2},
+                 "protocol.wait": {"mode": "deadline", "seconds": 0.3}})
+    sc["algorithm"] = {"name": "fedumf", "lr": 0.1, "alpha": 1.0}
+    res = run_in(sc)
+    assert res.summary["status"] == "complete" and "bytes" in res.summary["invariants_checked"]
+    c = pd.read_csv(res.run_dir / "clients.csv").set_index("client")
+    m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round")
+    down = int(c["bytes_down"].max())
+    d = 0.01 + down * 8 / 10e6                                   # latency + bytes / rate
+    assert (m.loc[1, "bytes_down"], m.loc[1, "bytes_up"]) == (6 * down, 0)   # 2 late participants, 4 in the background
+    bg = c[~c["selected"]]
+    assert len(bg) == 4 and (bg["background_stop"] == "run_end").all() and not bg["dropped"].any()
+    assert (bg["steps"] == int(5 * (0.3 - d) / 0.5 + 1e-9)).all() and (bg["steps"] == 2).all()
+    assert np.allclose(bg["compute_time"], 0.3 - d, rtol=0, atol=1e-12) and np.allclose(bg["comm_time"], d, rtol=0, atol=1e-12)
+    assert (c.loc[c["selected"], "drop_reason"] == "late").all()
