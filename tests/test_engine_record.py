@@ -34,7 +34,8 @@ def written(run_in, sc, engine):
     metrics = pd.read_csv(d / "metrics.csv").drop(columns=["wall_time"])
     buf = io.StringIO()
     metrics.to_csv(buf, index=False)
-    return (d / "clients.csv").read_bytes(), buf.getvalue(), res.summary["status"], res.summary["virtual_time"]
+    work = {k: res.summary[k] for k in ("jobs_submitted", "grad_steps_virtual")}
+    return (d / "clients.csv").read_bytes(), buf.getvalue(), res.summary["status"], res.summary["virtual_time"], work
 
 
 CASES = {
@@ -121,3 +122,35 @@ def test_background_work_is_recorded_at_the_close_and_again_when_it_stops(run_in
     assert (bg["steps"] == int(5 * (0.3 - d) / 0.5 + 1e-9)).all() and (bg["steps"] == 2).all()
     assert np.allclose(bg["compute_time"], 0.3 - d, rtol=0, atol=1e-12) and np.allclose(bg["comm_time"], d, rtol=0, atol=1e-12)
     assert (c.loc[c["selected"], "drop_reason"] == "late").all()
+
+
+@pytest.mark.parametrize("budget", [2.0, 2.4])
+def test_a_round_cut_by_the_virtual_time_budget_is_recorded_alike(run_in, budget):
+    """`run.virtual_time` ends the run inside round 2 (2.0 s) or exactly at its deadline close
+    (2.4 s = 2 x 1.2 s: the budget's instant comes first, so the round never closes): both
+    engines record the cut round's finished pieces (and submit its jobs) alike."""
+    sc = scenario({"mode": "deadline", "seconds": 1.2})
+    sc["run"] = dict(sc["run"], rounds=None, virtual_time=budget)
+    proc, vec = written(run_in, sc, "process"), written(run_in, sc, "vector")
+    assert proc == vec
+    c = pd.read_csv(io.BytesIO(proc[0]))
+    m = pd.read_csv(io.StringIO(proc[1]))
+    assert list(m["round"]) == [0, 1] and proc[3] == budget           # round 2 was not aggregated
+    cut = c[c["round"] == 2]
+    assert (cut["bytes_down"] > 0).sum() == 4 and (cut["steps"] > 0).any()   # its finished pieces
+    assert not cut["dropped"].any() and (cut["weight"] == 0).all()
+
+
+def test_a_budget_at_the_instant_computations_end(run_in):
+    """Instant links, 5 steps of 0.1 s, `run.virtual_time: 0.5`: every computation ends exactly
+    at the budget (it began before: it ran) and the upload that would begin then never runs;
+    the round never closes. Both engines: 5 steps, 0.5 s of compute, no upload, no aggregation."""
+    sc = tiny(**{"run.rounds": None, "run.virtual_time": 0.5, "protocol.wait": "all"})
+    sc["clients"]["groups"][0]["network"] = "instant"
+    proc, vec = written(run_in, sc, "process"), written(run_in, sc, "vector")
+    assert proc == vec
+    c = pd.read_csv(io.BytesIO(proc[0]))
+    part = c[c["selected"]]
+    assert len(part) == 3 and (part["steps"] == 5).all() and (part["compute_time"] == 0.5).all()
+    assert (part["bytes_down"] > 0).all() and (part["bytes_up"] == 0).all()
+    assert list(pd.read_csv(io.StringIO(proc[1]))["round"]) == [0]

@@ -12,7 +12,9 @@ counts, as in SimPy, where they are processed before the waiting round resumes).
 aggregated in SimPy's order: by up_end, then compute_end, then down_end, then selection order
 (each event of a client is created by its previous one, so equal-time events keep the order
 of their causes). A participant still working at `close` is stopped there, its partial times
-recorded as the process engine's stop records them (outcome.py: the same formulas).
+recorded as the process engine's stop records them (outcome.py: the same formulas). A round
+that `run.virtual_time` ends at or before its close never closes (`_cut_by_budget`): what
+ran by then is recorded, as the process engine's end of the run records it.
 """
 from __future__ import annotations
 
@@ -87,6 +89,10 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
             items = yield from _never_closes(proto, task, t, log, bc, ends)
             return items
     close = close_time(wait, ends)
+    budget = proto.world.sc.run.virtual_time
+    if budget is not None and budget <= close:
+        items = yield from _cut_by_budget(proto, task, t, log, bc, ends, budget)
+        return items
     arrived = ends.up <= close
     order = np.lexsort((np.arange(n), ends.down, ends.compute, ends.up))   # SimPy's order
     order = order[arrived[order]]
@@ -95,6 +101,22 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
         yield at_time(env, close)
     record_outcomes(log, ends.outcomes(close, True, proto.multicast), proto.messages(task))
     return items
+
+
+def _cut_by_budget(proto, task, t, log, bc, ends: Ends, budget: float):
+    """`run.virtual_time` ends the run at or before the round's close: the round never closes
+    (under the process engine, a close at the budget's instant comes after the run's end).
+    What the process engine ran by then is recorded now, not stopped: every piece that ended
+    before the budget, and one ending at it that began before it (one that would begin at it
+    never runs); the jobs of the clients that began computing."""
+    started = ends.compute < budget                   # its upload began before the budget
+    ends.compute = np.where((ends.compute < budget) | (ends.down < budget), ends.compute, np.inf)
+    ends.up = np.where(started, ends.up, np.inf)
+    arrived = ends.up <= budget
+    _jobs(proto, task, t, bc, ends, budget, arrived, np.flatnonzero(arrived))
+    record_outcomes(log, ends.outcomes(budget, False, proto.multicast), proto.messages(task))
+    yield never_ends(proto.env)                      # the run ends at the budget
+    return []
 
 
 def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
