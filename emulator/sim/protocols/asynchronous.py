@@ -80,7 +80,7 @@ class Async(Protocol):
             sheet = self.open_sheet(log, task)       # the job's outcome, recorded when it ends
             call = Call(task, job, bc, sheet, None, lambda cid, up, st: self.merge(task, cid, up, st, sheet, v0))
             yield from self.participate(call, client, steps)
-            if sheet in self.open_sheets:            # it stopped (or arrived after the run's end)
+            if sheet in self.open_sheets:            # it stopped (or arrived once the run was over)
                 sheet.close(env.now)
                 if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
                     w.recorder.commit(log, self.merges + 1)

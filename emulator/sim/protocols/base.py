@@ -94,7 +94,7 @@ class Protocol(Pieces, Aggregating):
         self.multicast_key = None       # names this round's multicast broadcast (sim/network.py)
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
-        self.open_sheets = set()        # outcome sheets not yet closed (work.py: `open_sheet`)
+        self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)

@@ -29,12 +29,12 @@ class Sheet:
     __slots__ = ("log", "messages", "drop", "ids", "t0", "steps", "dur", "floor", "down", "compute", "up",
                  "stop_at", "reason", "carries", "still_open")
 
-    def __init__(self, log, messages, still_open: set, drop: bool = True):
+    def __init__(self, log, messages, still_open: dict, drop: bool = True):
         self.log, self.messages, self.drop = log, messages, drop
         self.ids, self.t0, self.steps, self.dur, self.floor = [], [], [], [], []
         self.down, self.compute, self.up, self.stop_at, self.reason, self.carries = [], [], [], [], [], []
         self.still_open = still_open
-        still_open.add(self)
+        still_open[self] = None           # (a dict: recorded in the order they were opened)
 
     def add(self, client: int) -> int:
         """A new row for `client`'s work; returns its index."""
@@ -66,4 +66,4 @@ class Sheet:
     def close(self, now: float) -> None:
         """Record the rows for good (the round closed, the job or the work ended)."""
         self.record(now)
-        self.still_open.discard(self)
+        self.still_open.pop(self, None)
