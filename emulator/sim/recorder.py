@@ -38,18 +38,6 @@ CLIENT_COLUMNS = {  # name -> (dtype, default)
 }
 
 
-class Cells:
-    """Memoryviews of a log's numeric work columns: one client's cell read and written as a
-    Python number (what a client's work records as it goes; half the cost of NumPy's scalar
-    indexing, and the same IEEE doubles and int64)."""
-
-    __slots__ = ("steps", "compute_time", "comm_time", "bytes_up", "bytes_down", "min_compute")
-
-    def __init__(self, log):
-        for k in self.__slots__:
-            setattr(self, k, memoryview(getattr(log, k)))
-
-
 ROUND, JOB, IDLE = "round", "job", "idle"      # RoundLog kinds (module docstring)
 
 
@@ -78,13 +66,16 @@ class RoundLog:
         self.drop_reason: dict[int, str] = {}
         self.round_time = None   # the aggregation's duration (set when it is recorded)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
-        self._cells = None
+        self.sent = np.zeros((2, self.n), dtype=bool)   # a row's download / upload is in `messages`
 
-    def cells(self) -> Cells:
-        """The work columns as memoryviews (made on first use)."""
-        if self._cells is None:
-            self._cells = Cells(self)
-        return self._cells
+    def sent_once(self, rows: np.ndarray, done: np.ndarray, direction: str) -> int:
+        """Mark the transfers `done` of these rows as sent; returns how many were not yet
+        (each row's download and upload enter `messages` once, however often its outcome
+        is recorded: sim/protocols/outcome.py)."""
+        sent = self.sent[1 if direction == "up" else 0]
+        new = int(np.count_nonzero(done & ~sent[rows]))
+        sent[rows] |= done
+        return new
 
     def at(self, client: int) -> int:
         """Row of `client` in this log's columns."""

@@ -277,6 +277,7 @@ class World:
         finally:
             if freeze:
                 gc.unfreeze()
+        self.protocol.record_open()     # work the run's end cut short: what it finished is recorded
 
     def stall(self, why: str) -> None:
         """The run cannot make progress: stop it (status `stalled`), keeping what was recorded."""

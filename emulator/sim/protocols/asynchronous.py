@@ -25,7 +25,7 @@ import math
 
 from ...algorithms.base import VersionedModel
 from ...registry import register
-from .base import LocalWorkParams, Protocol
+from .base import Call, LocalWorkParams, Protocol
 
 
 class AsyncParams(LocalWorkParams):
@@ -77,17 +77,21 @@ class Async(Protocol):
             log = w.recorder.job_log(client.id, job, task.index)
             log.available[0] = log.selected[0] = True
             steps = self.local_steps(client.id, task)
-            yield from self.participate(
-                client, task, job, bc, steps, log,
-                lambda cid, up, st: self.merge(task, cid, up, st, log, v0), None)
-            if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
-                w.recorder.commit(log, self.merges + 1)
+            sheet = self.open_sheet(log, task)       # the job's outcome, recorded when it ends
+            call = Call(task, job, bc, sheet, None, lambda cid, up, st: self.merge(task, cid, up, st, sheet, v0))
+            yield from self.participate(call, client, steps)
+            if sheet in self.open_sheets:            # it stopped (or arrived once the run was over)
+                sheet.close(env.now)
+                if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
+                    w.recorder.commit(log, self.merges + 1)
 
-    def merge(self, task, cid, up, steps, log, v0):
+    def merge(self, task, cid, up, steps, sheet, v0):
         """The server merges one arrival (Xie Alg. 1 updater)."""
         if self.finished:
             return
         env, w = self.env, self.world
+        sheet.close(env.now)
+        log = sheet.log
         algo = task.algorithm
         next_version = algo.version + 1     # the aggregation's round number: the version it makes
         arrivals, agg = self.aggregate(task, next_version, [(cid, up, steps)], log, round_of=lambda c: v0)

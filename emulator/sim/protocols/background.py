@@ -30,24 +30,35 @@ class Background:
         self.proto = protocol
         self.env = protocol.env
         self.running: dict = {}        # client -> (process, work, spec)
+        self.this_round: list = []     # the outcome sheets of the work started this round
 
     def start(self, client, task, t: int, bc, log, draws=None) -> None:
         """Client trains `local_steps` from this round's broadcast without uploading."""
         old = self.running.get(client.id)
         if old is not None and old[0].is_alive:
             old[0].interrupt("superseded")           # only the latest update is kept (spec 2.5)
-        proc = self.env.process(self._train(client, task, t, bc, log, draws))
+        sheet = self.proto.open_sheet(log, task, drop=False)    # its row in round t's log, never dropped
+        self.this_round.append(sheet)
+        proc = self.env.process(self._train(client, task, t, bc, sheet, draws))
         self.running[client.id] = (proc, None, None)
 
-    def _train(self, client, task, t, bc, log, draws=None):
-        proto, algo = self.proto, task.algorithm
-        work = proto.begin(client, task, t, log, draws)
+    def record_round(self, now: float) -> None:
+        """Round t closed: record its background work as it stands (a download that ended
+        counts in the round's bytes); each is recorded again when it ends or stops."""
+        for sheet in self.this_round:
+            if sheet in self.proto.open_sheets:
+                sheet.record(now)
+        self.this_round = []
+
+    def _train(self, client, task, t, bc, sheet, draws=None):
+        proto, algo, log = self.proto, task.algorithm, sheet.log
+        work = proto.begin(client, task, t, sheet, draws)
         work.background = True             # its transfers yield to the round's (sim/network.py)
         log.set_extra("trained", client.id, True, dtype=bool, default=False)
         proc = self.env.active_process
 
         def body():
-            yield from proto.download(work, proto.message_numel(task, "down"))
+            yield from proto.download(work)
             spec = algo.background_spec(client.id, t, bc)
             self.running[client.id] = (proc, work, spec)
             fut = yield from proto.compute(work, spec, proto.local_steps(client.id, task))
@@ -59,7 +70,8 @@ class Background:
             if reason in ("offline", "superseded"):
                 algo.forget(cid, reason)
 
-        yield from proto.guard(work, body(), stopped, drop=False)
+        yield from proto.guard(work, body(), stopped)
+        sheet.close(self.env.now)         # into round t's log, perhaps after the round closed
 
     def settle(self, client, task, t: int, mode: str):
         """Client is selected in round t: what becomes of its background job if it still runs.
@@ -71,7 +83,8 @@ class Background:
         if mode == "wait":
             return proc
         if mode == "partial" and work is not None and work.phase == State.COMPUTING:
-            done = steps_done(work.recorded_steps, self.env.now - work.since, work.compute_s)
+            sheet, i = work.sheet, work.row      # computing since its download ended
+            done = steps_done(sheet.steps[i], self.env.now - sheet.down[i], sheet.dur[i])
             if done > 0:      # the completed steps: a shorter job on the same batches
                 ex = self.proto.world.executor
                 fut = ex.submit(TrainJob(task.index, client.id, work.round, done, spec, task.batch_size))

@@ -21,7 +21,7 @@ from ..draws import RoundDraws
 from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
 from .aggregation import AFTER_RECORD, BEFORE_RECORD, Aggregating
 from .round_times import round_times
-from .work import Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
+from .work import Call, Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
 
 
 class Gate:
@@ -94,6 +94,7 @@ class Protocol(Pieces, Aggregating):
         self.multicast_key = None       # names this round's multicast broadcast (sim/network.py)
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
+        self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
@@ -161,9 +162,9 @@ class Protocol(Pieces, Aggregating):
         return False
 
     def close_round(self, gate, procs):
-        """Generator: the round closes now. Participants still working are interrupted ('late')
-        and record their partial work first (one 0 s timeout); returns the arrived items
-        [(client, upload, steps)] in arrival order."""
+        """Generator: the round closes now. Participants still working are interrupted ('late':
+        their rows say so, one 0 s timeout); returns the arrived items [(client, upload,
+        steps)] in arrival order. The caller then closes the round's outcome sheet."""
         gate.closed = True
         late = [p for p in procs if p.is_alive]
         for p in late:

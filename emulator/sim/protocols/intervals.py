@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
-from .base import Gate, Protocol, closing_time, default_select
+from .base import Call, Gate, Protocol, closing_time, default_select
 
 EPS = 1e-9   # docs/algorithms/tsfl.md 2.3 relative float guard
 
@@ -134,9 +134,9 @@ class Intervals(Protocol):
         log.selected[chosen] = True
         bc = self.broadcast(task, t)
         gate = Gate(env, 0)              # collects arrivals; the interval closes on the clock
-        nb_down = w.network.message_bytes(self.message_numel(task, "down"), "down")
-        nb_up = w.network.message_bytes(self.message_numel(task, "up"), "up")
         procs = []
+        sheet = self.open_sheet(log, task)
+        (_, nb_down), (_, nb_up) = sheet.messages
         draws = self.round_draws(t, chosen)
         for cid in chosen:
             c = w.clients[cid]
@@ -158,9 +158,11 @@ class Intervals(Protocol):
                 log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
                 log.drop(cid, "min_iterations")
                 continue
-            procs.append(env.process(self.train_for(c, task, t, bc, log, gate, tau, spi, dur, floor, rows, draws)))
+            plan = (tau, spi, dur, floor, rows)
+            procs.append(env.process(self.train_for(Call(task, t, bc, sheet, draws, gate.arrive), c, plan)))
         yield closing_time(env, delta)           # aggregates at exactly t0 + delta, uploads at t0 + delta count
         items = yield from self.close_round(gate, procs)
+        sheet.close(env.now)
         arrivals, agg = self.aggregate(task, t, items, log)
         taus = [a.meta["tau"] for a in arrivals]
         extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),
@@ -169,22 +171,25 @@ class Intervals(Protocol):
         extra.update(agg.round_cols)
         self.finish_aggregation(task, t, arrivals, log, extra)
 
-    def train_for(self, client, task, t, bc, log, gate, tau, spi, dur, floor, rows, draws=None):
+    def train_for(self, call, client, plan):
         """A candidate's interval: download, tau iterations (tau x spi SGD steps in the planned
-        `dur` seconds; on `rows` only, Case 3), upload its model with tau (and |D_i^t|)."""
-        work = self.begin(client, task, t, log, draws)
+        `dur` seconds; on `rows` only, Case 3), upload its model with tau (and |D_i^t|).
+        `plan`: (tau, spi, dur, floor, rows)."""
+        tau, spi, dur, floor, rows = plan
+        task, t = call.task, call.round
+        work = self.begin(client, task, t, call.sheet, call.draws)
         algo = task.algorithm
 
         def body():
-            yield from self.download(work, self.message_numel(task, "down"))
-            fut = yield from self.compute(work, algo.local_spec(client.id, t, bc), tau * spi, duration=dur,
+            yield from self.download(work)
+            fut = yield from self.compute(work, algo.local_spec(client.id, t, call.bc), tau * spi, duration=dur,
                                           record_steps=tau, step_floor=floor, rows=rows)
             up = algo.upload(client.id, t, fut)
             up.meta["tau"] = tau
             if rows is not None:
                 up.meta["n_samples"] = len(rows)
-            yield from self.upload(work, self.message_numel(task, "up"))
-            gate.arrive(client.id, up, tau * spi)
+            yield from self.upload(work)
+            call.arrive(client.id, up, tau * spi)
 
         yield from self.guard(work, body())
 

@@ -30,7 +30,7 @@ from devices.assignment import MfaRand, MfaRR, Sequential
 from ... import gain as G
 from ...registry import Params, register
 from ..client import State
-from .base import Gate, LocalWorkParams, Protocol, closing_time
+from .base import Call, Gate, LocalWorkParams, Protocol, closing_time
 from ..simpy_internals import Driver
 from .rounds import Wait, WaitAll
 
@@ -152,20 +152,21 @@ class MultiModel(Protocol):
             self.model_start[task.index] = (t, start)
         gate = Gate(env, len(members))
         bc = self.broadcast(task, t)
+        sheet = self.open_sheet(log, task)
+        call = Call(task, t, bc, sheet, draws, gate.arrive, gate.fail)
         parts = []
         steps = self.local_steps_of(task)
         for cid in members:
             c = w.clients[int(cid)]
             self.set_state(c, State.SELECTED, t, f"model {task.index}")
-            parts.append(Driver(self.participate(
-                c, task, t, bc, steps(int(cid)), log,
-                gate.arrive, gate.fail, draws=draws)))
+            parts.append(Driver(self.participate(call, c, steps(int(cid)))))
         self.start_participants(parts)
         if close is not None:
             yield gate.done | close
         else:
             yield gate.done
         items = yield from self.close_round(gate, parts)
+        sheet.close(env.now)
         arrivals, agg = self.aggregate(task, t, items, log)
         extra = {"round_time": env.now - start, "model_time": env.now - start, "frame": (t - 1) // self.M + 1,
                  "u": (t - 1) % self.M + 1, "n_clients": len(members), "lr": task.algorithm.lr(t), **agg.round_cols}

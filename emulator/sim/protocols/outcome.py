@@ -9,13 +9,17 @@
   period): it never fires; a round waiting for it never closes (the run stalls).
 - `multicast_first`: which recipient's download counts a multicast broadcast's bytes: the
   first to arrive (ties: the first in selection order), as the process engine counts them.
-- `Outcomes` and `record_outcomes`: a round's participants, what became of each (when its
-  download, computation and upload ended; when and why it stopped), and the one function that
-  turns them into the round log's comm_time, compute_time, steps, bytes, messages and drops.
+- `Outcomes` and `record_outcomes`: a round's participants (or one job, or one client's
+  background work), what became of each (when its download, computation and upload ended;
+  when and why it stopped), and the one function that turns them into the round log's
+  comm_time, compute_time, steps, bytes, messages and drops, for both engines: the vector
+  engine computes the outcomes in NumPy (vector.py), the process engine fills them as its
+  pieces end (sheet.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -52,16 +56,19 @@ def multicast_first(arrive: np.ndarray, received: np.ndarray):
 class Outcomes:
     """What became of a round's participants, one array entry each (struct of arrays).
 
-    `ids` the clients, `t0` when their work began, `steps` their planned local steps, `dur`
-    each computation's seconds, `floor` a lower bound on one step's seconds; `down`,
-    `compute`, `up`: when the download, the computation and the upload end (inf: never);
-    `at`: when the record is taken (the round's close, or when the client stopped); `stopped`:
-    the work was stopped at `at` (a piece that ended by then is done; the one in progress is
-    recorded part-way), with its `reason` ("late", "offline"); work neither stopped nor
-    arrived by `at` is still running (only its finished pieces are recorded)."""
+    `ids` the clients, `t0` when their download began (one time for all, or one each),
+    `steps` the steps clients.csv records of their computation, `dur` each computation's
+    seconds, `floor` a lower bound on one recorded step's seconds; `down`, `compute`, `up`:
+    when the download, the computation (which starts when the download ends) and the upload
+    (which starts when the computation ends) end (inf: never, or not yet); `at`: when the
+    record is taken (the round's close, or when the client stopped); `stopped`: the work was
+    stopped at `at` (a piece that ended by then is done; the one in progress is recorded
+    part-way), with its `reason` ("late", "offline", ...); work neither stopped nor arrived by
+    `at` is still running (only its finished pieces are recorded). `carries`: whose finished
+    download counts the broadcast's bytes (None: every one; a multicast: one per round)."""
 
     ids: np.ndarray
-    t0: float
+    t0: object
     steps: np.ndarray
     dur: np.ndarray
     floor: np.ndarray
@@ -71,13 +78,16 @@ class Outcomes:
     at: np.ndarray
     stopped: np.ndarray
     reason: object = "late"     # one reason for all, or one per participant
+    carries: Optional[np.ndarray] = None
 
 
-def record_outcomes(log, o: Outcomes, messages, multicast: bool) -> np.ndarray:
+def record_outcomes(log, o: Outcomes, messages, drop: bool = True) -> np.ndarray:
     """Write `o` into the round log `log`: comm_time, compute_time, steps, min_compute, bytes,
-    messages (`messages`: ((parameters, bytes) down, (parameters, bytes) up)), and the stopped
-    clients as dropped; a multicast broadcast's bytes once (`multicast_first`). Returns which
-    participants arrived (their upload ended by `at`)."""
+    messages (`messages`: ((parameters, bytes) down, (parameters, bytes) up)), and, with
+    `drop`, the stopped clients as dropped with their reason (work that was no participation,
+    such as background training, is recorded with `drop=False`). Recording the same clients
+    again as their work goes on rewrites their cells and adds only the messages not yet
+    recorded (`RoundLog.sent`). Returns which clients arrived (their upload ended by `at`)."""
     (numel_down, bytes_down), (numel_up, bytes_up) = messages
     t0, steps, at, stopped = o.t0, o.steps, o.at, o.stopped
     with np.errstate(invalid="ignore"):      # inf - inf of a step that never ends: masked out
@@ -94,17 +104,12 @@ def record_outcomes(log, o: Outcomes, messages, multicast: bool) -> np.ndarray:
         log.steps[rows] = rec_steps
         log.compute_time[rows] = np.where(up_started, o.dur, elapsed)
         log.min_compute[rows] = np.where(up_started | (computing & stopped), rec_steps * o.floor, 0.0)
-    down_bytes = np.where(down_done, bytes_down, 0)
-    downs = int(down_done.sum())
-    if multicast:                            # counted once, at the first arrival
-        first = multicast_first(o.down, down_done)
-        down_bytes = np.zeros(len(o.ids), dtype=np.int64)
-        if first is not None:
-            down_bytes[first] = bytes_down
-        downs = int(first is not None)
-    log.bytes_down[rows] = down_bytes
+    carried = down_done if o.carries is None else down_done & o.carries
+    log.bytes_down[rows] = np.where(carried, bytes_down, 0)
     log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
-    log.messages.extend([(numel_down, bytes_down, "down")] * downs + [(numel_up, bytes_up, "up")] * int(arrived.sum()))
-    for i in np.flatnonzero(stopped & ~arrived):
-        log.drop(int(o.ids[i]), o.reason if isinstance(o.reason, str) else o.reason[i])
+    log.messages.extend([(numel_down, bytes_down, "down")] * log.sent_once(rows, carried, "down")
+                        + [(numel_up, bytes_up, "up")] * log.sent_once(rows, arrived, "up"))
+    if drop:
+        for i in np.flatnonzero(stopped & ~arrived):
+            log.drop(int(o.ids[i]), o.reason if isinstance(o.reason, str) else o.reason[i])
     return arrived

@@ -18,7 +18,7 @@ from ...algorithms.base import BackgroundTraining
 from ...registry import Params, register
 from ..client import State
 from .background import Background
-from .base import Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .base import Call, Gate, LocalWorkParams, Protocol, closing_time, default_select
 from .cohort import submit_cohort
 from ..simpy_internals import Driver
 from .vector import vector_round
@@ -164,6 +164,8 @@ class Rounds(Protocol):
         gate = Gate(env, len(ids), wait.k if wait.mode == "first_k" else None)
         spec = self.cohort_spec(task, t, bc)
         planned = None if background else self.planned_seconds(task, t, ids, steps[:len(ids)], draws)
+        sheet = self.open_sheet(log, task)
+        call = Call(task, t, bc, sheet, draws, gate.arrive, gate.fail, cohort=spec is not None)
         parts = []
         events = w.recorder.events is not None
         for cid, k, secs in zip(ids, steps.tolist(), [None] * len(ids) if planned is None else planned):
@@ -171,8 +173,7 @@ class Rounds(Protocol):
             if events:
                 self.set_state(c, State.SELECTED, t)
             first = self.background.settle(c, task, t, algo.unfinished) if background else None
-            parts.append(Driver(self.participate(c, task, t, bc, k, log, gate.arrive, gate.fail, after=first,
-                                                 draws=draws, cohort=spec is not None, seconds=secs)))
+            parts.append(Driver(self.participate(call, c, k, secs, after=first)))
         self.start_participants(parts)
         for cid in unselected:
             self.background.start(w.clients[cid], task, t, bc, log, draws)
@@ -181,6 +182,9 @@ class Rounds(Protocol):
         else:
             yield gate.done
         items = yield from self.close_round(gate, parts)
+        sheet.close(env.now)
+        if background:                   # its download's bytes count in this round, its steps when done
+            self.background.record_round(env.now)
         if spec is not None:             # the arrivals' cohort (late clients' jobs were counted as they started)
             came, _, came_steps = zip(*items) if items else ((), (), ())
             items = submit_cohort(w.executor, task, t, spec, came, came_steps, counted=True)

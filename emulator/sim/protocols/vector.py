@@ -12,7 +12,9 @@ counts, as in SimPy, where they are processed before the waiting round resumes).
 aggregated in SimPy's order: by up_end, then compute_end, then down_end, then selection order
 (each event of a client is created by its previous one, so equal-time events keep the order
 of their causes). A participant still working at `close` is stopped there, its partial times
-recorded as the process engine's stop records them (outcome.py: the same formulas).
+recorded as the process engine's stop records them (outcome.py: the same formulas). A round
+that `run.virtual_time` ends at or before its close never closes (`_cut_by_budget`): what
+ran by then is recorded, as the process engine's end of the run records it.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import math
 import numpy as np
 
 from .cohort import submit_cohort
-from .outcome import Outcomes, never_ends, record_outcomes
+from .outcome import Outcomes, multicast_first, never_ends, record_outcomes
 from .round_times import round_times
 
 
@@ -44,11 +46,18 @@ class Ends:
         self.compute = np.where(dur > 0, self.down + dur, self.down)
         self.up = self.compute + u
 
-    def outcomes(self, at: float, stopped: bool) -> Outcomes:
-        """Their outcomes recorded at `at`: stopped there ("late") or still running."""
+    def outcomes(self, at: float, stopped: bool, multicast: bool) -> Outcomes:
+        """Their outcomes recorded at `at`: stopped there ("late") or still running; a
+        multicast broadcast's bytes carried by the first download to arrive."""
         n = len(self.ids)
+        carries = None
+        if multicast:
+            carries = np.zeros(n, dtype=bool)
+            first = multicast_first(self.down, self.down <= at)
+            if first is not None:
+                carries[first] = True
         return Outcomes(self.ids, self.t0, self.steps, self.dur, self.floor, self.down, self.compute, self.up,
-                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at))
+                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at), carries=carries)
 
 
 def close_time(wait, ends: Ends) -> float:
@@ -80,14 +89,34 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
             items = yield from _never_closes(proto, task, t, log, bc, ends)
             return items
     close = close_time(wait, ends)
+    budget = proto.world.sc.run.virtual_time
+    if budget is not None and budget <= close:
+        items = yield from _cut_by_budget(proto, task, t, log, bc, ends, budget)
+        return items
     arrived = ends.up <= close
     order = np.lexsort((np.arange(n), ends.down, ends.compute, ends.up))   # SimPy's order
     order = order[arrived[order]]
     items = _jobs(proto, task, t, bc, ends, close, arrived, order)
     if close > ends.t0:
         yield at_time(env, close)
-    record_outcomes(log, ends.outcomes(close, True), proto.messages(task), proto.multicast)
+    record_outcomes(log, ends.outcomes(close, True, proto.multicast), proto.messages(task))
     return items
+
+
+def _cut_by_budget(proto, task, t, log, bc, ends: Ends, budget: float):
+    """`run.virtual_time` ends the run at or before the round's close: the round never closes
+    (under the process engine, a close at the budget's instant comes after the run's end).
+    What the process engine ran by then is recorded now, not stopped: every piece that ended
+    before the budget, and one ending at it that began before it (one that would begin at it
+    never runs); the jobs of the clients that began computing."""
+    started = ends.compute < budget                   # its upload began before the budget
+    ends.compute = np.where((ends.compute < budget) | (ends.down < budget), ends.compute, np.inf)
+    ends.up = np.where(started, ends.up, np.inf)
+    arrived = ends.up <= budget
+    _jobs(proto, task, t, bc, ends, budget, arrived, np.flatnonzero(arrived))
+    record_outcomes(log, ends.outcomes(budget, False, proto.multicast), proto.messages(task))
+    yield never_ends(proto.env)                      # the run ends at the budget
+    return []
 
 
 def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
@@ -125,6 +154,6 @@ def _never_closes(proto, task, t, log, bc, ends: Ends):
     last = float(np.max(np.where(fin, ends.up, ends.down)))
     if last > t0:
         yield at_time(env, last)
-    record_outcomes(log, ends.outcomes(last, False), proto.messages(task), proto.multicast)
+    record_outcomes(log, ends.outcomes(last, False, proto.multicast), proto.messages(task))
     yield never_ends(env)
     return []

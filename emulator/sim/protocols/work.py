@@ -2,21 +2,26 @@
 piece of a SimPy generator that may be stopped part-way, and `participate`, their usual
 composition. A protocol composes them:
 
-    work = self.begin(client, task, round_, log)         # what a stop must record
+    sheet = self.open_sheet(log, task)                    # where the outcomes go (sheet.py)
+    work = self.begin(client, task, round_, sheet)        # its row there
     yield from self.guard(work, body(), on_stop)          # body: a generator of pieces
-      yield from self.download(work, numel)              # broadcast over the client's link
+      yield from self.download(work)                     # the broadcast over the client's link
       fut = yield from self.compute(work, spec, steps)   # a TrainJob; virtual compute time
-      yield from self.upload(work, numel)                # the update over the link
+      yield from self.upload(work)                       # the update over the link
+    sheet.close(self.env.now)                             # into the round log (record_outcomes)
 
-`participate` is download -> compute -> upload -> arrival written out in one generator (the
-engine's cost per participant); a protocol may also train without uploading (FedUMF's
-unselected clients) or train a model of its choice (multi-model FL): the pieces take the
-task and the spec as arguments. A stop records the partial work once (`_stopped`; the steps
-completed: `outcome.steps_done`).
+Each piece writes when it ends (a stop: when and why) into the work's row of the sheet; the
+protocol records the sheet (the round's close, the job's end), and only
+`outcome.record_outcomes` writes the round log, for both engines. `participate` is
+download -> compute -> upload -> arrival written out in one generator (the engine's cost
+per participant), its round's common part in one `Call`; a protocol may also train without
+uploading (FedUMF's unselected clients) or train a model of its choice (multi-model FL):
+the pieces take the task and the spec as arguments.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import simpy
@@ -25,7 +30,8 @@ from ...compute.jobs import TrainJob
 from ..client import State
 from ..draws import NO_DRAWS
 from ..simpy_internals import start_all
-from .outcome import never_ends, steps_done
+from .outcome import never_ends
+from .sheet import Sheet
 
 
 class WentOffline(Exception):
@@ -33,22 +39,19 @@ class WentOffline(Exception):
 
 
 class Work:
-    """One client's work in one round of one model: which piece it is in and since when (so a
-    stop records the partial times), its round's log row, its online watch."""
+    """One client's work in one round of one model: its row in the outcome sheet (`sheet`,
+    `row`), the piece it is in (`phase`), its transfer in flight, its online watch, the
+    BatchNorm statistics it downloads, the round's draws."""
 
-    __slots__ = ("client", "task", "round", "log", "columns", "index", "phase", "since", "recorded_steps",
-                 "step_floor", "compute_s", "transfer", "offline", "buffers", "draws", "_rng", "background")
+    __slots__ = ("client", "task", "round", "sheet", "row", "phase", "transfer", "offline", "buffers", "draws",
+                 "_rng", "background")
 
-    def __init__(self, client, task, round_, log, offline, draws=None):
-        self.client, self.task, self.round, self.log = client, task, round_, log
+    def __init__(self, client, task, round_, sheet: Sheet, offline, draws=None):
+        self.client, self.task, self.round, self.sheet = client, task, round_, sheet
+        self.row = sheet.add(client.id)
         self.draws = NO_DRAWS if draws is None else draws   # the round's bulk draws (sim/draws.py)
         self._rng = None
-        self.index = log.at(client.id)      # its row in the log
-        self.columns = log.cells()          # the log's columns, cell by cell (recorder.Cells)
-        self.phase, self.since = State.SELECTED, 0.0   # the piece it is in, since when
-        self.recorded_steps = 0             # what clients.csv `steps` records (SGD steps, or T-SFL's tau)
-        self.step_floor = 0.0               # lower bound on one recorded step's compute time
-        self.compute_s = 0.0                # seconds its computation takes
+        self.phase = State.SELECTED         # the piece it is in
         self.transfer = None
         self.offline = offline
         self.buffers = task.buffers         # BatchNorm statistics of the model it downloads
@@ -61,19 +64,51 @@ class Work:
         return self._rng
 
 
+@dataclass(slots=True)
+class Call:
+    """What a round of one model (or one async job) gives its participants: the model's
+    `task`, the `round` (keys draws and batches; under `async` the client's job key), the
+    broadcast `bc`, the outcome `sheet`, the round's `draws`; `arrive(client, upload, steps)`
+    when an upload lands, `fail(client)` when a client went offline (a `Gate`'s, or None);
+    `cohort`: the round's cohort holds the jobs (protocols/cohort.py)."""
+
+    task: object
+    round: int
+    bc: object
+    sheet: Sheet
+    draws: object
+    arrive: Callable
+    fail: Optional[Callable] = None
+    cohort: bool = False
+
+
 class Pieces:
     """The pieces of a client's work, a mixin of `Protocol` (which gives env, world, messages,
     multicast and set_state)."""
 
-    def begin(self, client, task, round_: int, log, draws=None) -> Work:
-        return Work(client, task, round_, log, self.offline_watch(client), draws)
+    def open_sheet(self, log, task, drop: bool = True) -> Sheet:
+        """An outcome sheet for work on model `task` recorded into `log` (open until closed;
+        the end of the run records what is still open: `record_open`)."""
+        return Sheet(log, self.messages(task), self.open_sheets, drop)
+
+    def record_open(self) -> None:
+        """The run ended: record every sheet still open as it stands (a round that never
+        closed, work the run's end cut short)."""
+        for sheet in list(self.open_sheets):
+            sheet.close(self.env.now)
+
+    def begin(self, client, task, round_: int, sheet: Sheet, draws=None) -> Work:
+        return Work(client, task, round_, sheet, self.offline_watch(client), draws)
 
     def _send(self, work: Work, nbytes: int, direction: str, seconds: Optional[float] = None):
         """Start a transfer of `nbytes` (taking `seconds` where the round planned it); returns
-        the event of its arrival. `_sent` records it once it has arrived."""
+        the event of its arrival. `_sent` writes its end once it has arrived."""
         env, w = self.env, self.world
-        work.phase = State.DOWNLOADING if direction == "down" else State.UPLOADING
-        work.since = env.now
+        if direction == "down":
+            work.phase = State.DOWNLOADING
+            work.sheet.t0[work.row] = env.now
+        else:
+            work.phase = State.UPLOADING
         if w.recorder.events is not None:
             self.set_state(work.client, work.phase, work.round)
         if seconds is not None:          # planned for the round (a dedicated link: `planned_seconds`)
@@ -85,38 +120,35 @@ class Pieces:
         work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng, work.background, key)
         return work.transfer.event
 
-    def _sent(self, work: Work, numel: int, nbytes: int, direction: str) -> None:
-        """Record an arrived transfer of `numel` parameters in `nbytes`: its seconds, bytes and
-        message (a multicast broadcast's bytes once per round)."""
+    def _sent(self, work: Work, direction: str) -> None:
+        """A transfer arrived: its end (a multicast broadcast's bytes are carried by the first
+        download of the round to arrive, background work's included)."""
         work.transfer = None
-        cells, i = work.columns, work.index
-        cells.comm_time[i] += self.env.now - work.since
+        sheet, i = work.sheet, work.row
         if direction == "up":
-            cells.bytes_up[i] += nbytes
-        else:
-            if self.multicast:
-                if self.multicast_sent:  # one message reached every recipient: counted once
-                    return
-                self.multicast_sent = True
-            cells.bytes_down[i] += nbytes
-        work.log.messages.append((numel, nbytes, direction))
+            sheet.up[i] = self.env.now
+            return
+        sheet.down[i] = self.env.now
+        if self.multicast:
+            sheet.carries[i] = not self.multicast_sent
+            self.multicast_sent = True
 
-    def _move(self, work: Work, numel: int, direction: str, seconds: Optional[float] = None):
-        nb = self.world.network.message_bytes(numel, direction)
+    def _move(self, work: Work, direction: str, seconds: Optional[float] = None):
+        nb = work.sheet.messages[direction == "up"][1]
         ev = self._send(work, nb, direction, seconds)
         yield ev if work.offline is None else ev | work.offline
         if not ev.processed:         # the client went offline first (a Timeout is `triggered` at once)
             raise WentOffline()
-        self._sent(work, numel, nb, direction)
+        self._sent(work, direction)
 
-    def download(self, work: Work, numel: int, seconds: Optional[float] = None):
-        """Piece: the broadcast of `numel` parameters over the client's link (taking
-        `seconds` where the round planned it)."""
-        yield from self._move(work, numel, "down", seconds)
+    def download(self, work: Work, seconds: Optional[float] = None):
+        """Piece: the broadcast of the model over the client's link (taking `seconds` where
+        the round planned it)."""
+        yield from self._move(work, "down", seconds)
 
-    def upload(self, work: Work, numel: int, seconds: Optional[float] = None):
-        """Piece: an upload of `numel` parameters over the client's link."""
-        yield from self._move(work, numel, "up", seconds)
+    def upload(self, work: Work, seconds: Optional[float] = None):
+        """Piece: an upload of the client's update over its link."""
+        yield from self._move(work, "up", seconds)
 
     def submit_job(self, task, client: int, round_: int, steps: int, spec, buffers, rows=None):
         """The TrainJob of `client` in round `round_` (a model with BatchNorm statistics starts from
@@ -166,52 +198,82 @@ class Pieces:
         cells.compute_time[i] = work.compute_s
         cells.min_compute[i] = work.recorded_steps * work.step_floor
 
-    def guard(self, work: Work, body, on_stop: Optional[Callable] = None, drop: bool = True):
+    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
+        """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
+        compute time (one timeout: nothing can change the outcome in between); returns the
+        job's future, resolved only when something reads it. `duration` (default: from the
+        client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
+        (default: the SGD steps), `step_floor` a lower bound on one recorded step's time,
+        `rows` a subset of the client's samples to train on. It starts when the download
+        ended (the outcome's rule: outcome.py)."""
+        fut, done = self._start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
+        yield done if work.offline is None else done | work.offline
+        if not done.processed:
+            raise WentOffline()
+        self._computed(work)
+        return fut
+
+    def _start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                       record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
+        """`compute` up to its wait: returns (the job's future, the event of its end)."""
+        env, task, c = self.env, work.task, work.client
+        if duration is None:
+            clock = c.clock(work.round, env.now, task.index, work.draws.draw(c.id))
+            duration = clock.time(steps)
+            step_floor = clock.min_step(steps) if steps > 0 else 0.0
+        # spec None: the round's cohort holds this client's job (protocols/cohort.py)
+        fut = None if spec is None else self.submit_job(task, c.id, work.round, steps, spec, work.buffers, rows)
+        work.phase = State.COMPUTING
+        sheet, i = work.sheet, work.row
+        sheet.dur[i] = duration
+        sheet.steps[i] = steps if record_steps is None else record_steps
+        sheet.floor[i] = step_floor or 0.0
+        if self.world.recorder.events is not None:
+            self.set_state(c, State.COMPUTING, work.round, f"{steps} steps")
+        # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
+        # as the vector engine orders them: protocols/vector.py); an infinite step time never
+        # ends: an event that never fires
+        return fut, (env.timeout(duration) if math.isfinite(duration) else never_ends(env))
+
+    def _computed(self, work: Work) -> None:
+        work.sheet.compute[work.row] = self.env.now
+
+    def guard(self, work: Work, body, on_stop: Optional[Callable] = None):
         """Run `body` (a generator of pieces). Going offline (continuous-time availability)
-        or an `Interrupt` (the round closed) stops it: the partial times are recorded, the
-        client is recorded as dropped with the reason (unless `drop=False`: work that was no
-        participation, such as background training), and `on_stop(client_id, reason)` is
-        called. Returns the body's value (None when stopped)."""
+        or an `Interrupt` (the round closed) stops it: when and why is written in the work's
+        row (its sheet records the partial times, and the client as dropped unless the sheet
+        was opened with `drop=False`), and `on_stop(client_id, reason)` is called at once.
+        Returns the body's value (None when stopped)."""
         try:
             return (yield from body)
         except (simpy.Interrupt, WentOffline) as stop:
-            self._stopped(work, stop, on_stop, drop)
+            self._stopped(work, stop, on_stop)
             return None
 
-    def _stopped(self, work: Work, stop, on_stop: Optional[Callable], drop: bool) -> None:
-        """What `guard` records when work stops part-way."""
+    def _stopped(self, work: Work, stop, on_stop: Optional[Callable]) -> None:
+        """Work stopped part-way: when and why, in its row; then `on_stop`."""
         reason = "offline" if isinstance(stop, WentOffline) else str(stop.cause)
         if work.transfer is not None:
             work.transfer.cancel()
-        log, i = work.log, work.index
-        elapsed = self.env.now - work.since
-        if work.phase == State.COMPUTING:
-            done = steps_done(work.recorded_steps, elapsed, work.compute_s)
-            log.compute_time[i] = elapsed
-            log.steps[i] = done
-            log.min_compute[i] = done * work.step_floor
-        elif work.phase in (State.DOWNLOADING, State.UPLOADING):
-            log.comm_time[i] += elapsed
-        if drop:
-            log.drop(work.client.id, reason)
+        sheet, i = work.sheet, work.row
+        sheet.stop_at[i] = self.env.now
+        sheet.reason[i] = reason
         self.set_state(work.client, State.OFFLINE if reason == "offline" else State.DROPPED, work.round, reason)
         if on_stop is not None:
             on_stop(work.client.id, reason)
 
-    def participate(self, client, task, round_: int, bc, steps: int, log, on_arrival: Callable,
-                    on_fail: Optional[Callable] = None, after=None, draws=None, cohort: bool = False, seconds=None):
+    def participate(self, call: Call, client, steps: int, seconds=None, after=None):
         """The usual round of a participant, a generator of the events it waits for: download
-        the broadcast, compute `steps` local steps, upload; `on_arrival(client_id, upload,
-        steps)` when the upload lands, `on_fail(client_id)` when the client went offline.
-        `after`: an event to wait for first (the client's own unfinished background job, FedUMF
-        `wait`). `cohort`: the round's cohort holds its job (protocols/cohort.py): the client
-        counts it when it starts computing and uploads None. `seconds`: its (download, compute,
-        step floor, upload) seconds, planned for the round (`planned_seconds`). Run inline by the
-        caller's process (`yield from`, `async`), or without a process (`Driver`: a round's
-        participants). `round_` keys the work's draws and batches: the round (under `async`,
-        the client's job key)."""
-        work = self.begin(client, task, round_, log, draws)
-        algo = task.algorithm
+        `call.bc`, compute `steps` local steps, upload; `call.arrive(client_id, upload, steps)`
+        when the upload lands, `call.fail(client_id)` when the client went offline.
+        `seconds`: its (download, compute, step floor, upload) seconds, planned for the round
+        (`planned_seconds`). `after`: an event to wait for first (the client's own unfinished
+        background job, FedUMF `wait`). Under `call.cohort` the client counts its job when it
+        starts computing and uploads None. Run inline by the caller's process (`yield from`,
+        `async`), or without a process (`Driver`: a round's participants)."""
+        task, round_ = call.task, call.round
+        work = self.begin(client, task, round_, call.sheet, call.draws)
         down, dur, floor, up_s = (None, None, None, None) if seconds is None else seconds
         off = work.offline
         # the pieces (download, compute, upload under `guard`) written out in one generator:
@@ -219,31 +281,32 @@ class Pieces:
         try:
             if after is not None:
                 yield after
-            (numel, nb), (numel_up, nb_up) = self.messages(task)
+            (_, nb), (_, nb_up) = call.sheet.messages
             ev = self._send(work, nb, "down", down)
             yield ev if off is None else ev | off
             if not ev.processed:             # the online period ended first
                 raise WentOffline()
-            self._sent(work, numel, nb, "down")
-            if cohort:
+            self._sent(work, "down")
+            if call.cohort:
                 self.world.executor.count_jobs(1, steps)
                 fut, ev = self._start_compute(work, None, steps, dur, step_floor=floor)
             else:
-                fut, ev = self._start_compute(work, algo.local_spec(client.id, round_, bc), steps, dur, step_floor=floor)
+                spec = task.algorithm.local_spec(client.id, round_, call.bc)
+                fut, ev = self._start_compute(work, spec, steps, dur, step_floor=floor)
             yield ev if off is None else ev | off
             if not ev.processed:             # the online period ended first
                 raise WentOffline()
             self._computed(work)
-            up = None if cohort else algo.upload(client.id, round_, fut)
+            up = None if call.cohort else task.algorithm.upload(client.id, round_, fut)
             ev = self._send(work, nb_up, "up", up_s)
             yield ev if off is None else ev | off
             if not ev.processed:             # the online period ended first
                 raise WentOffline()
-            self._sent(work, numel_up, nb_up, "up")
+            self._sent(work, "up")
             self.set_state(client, State.DONE, round_)
-            on_arrival(client.id, up, steps)
+            call.arrive(client.id, up, steps)
         except (simpy.Interrupt, WentOffline) as stop:
-            self._stopped(work, stop, self.on_offline(on_fail), True)
+            self._stopped(work, stop, self.on_offline(call.fail))
 
     def start_participants(self, parts: list) -> None:
         """Start a round's participants (`Driver`s: `participate` without a process each) in
