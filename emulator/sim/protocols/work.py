@@ -116,13 +116,14 @@ class Pieces:
             return env.timeout(seconds)
         jitter = work.draws.jitter_of(work.client.id, direction)
         rng = work.rng(w.streams) if jitter is None and work.client.link.jitter > 0 else None
-        key = self.multicast_key if self.multicast and direction == "down" else None
+        key = (work.task.index, work.round) if self.multicast and direction == "down" else None
         work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng, work.background, key)
         return work.transfer.event
 
     def _sent(self, work: Work, direction: str) -> None:
         """A transfer arrived: its end (a multicast broadcast's bytes are carried by the first
-        download of the round to arrive, background work's included)."""
+        download of its round's broadcast to arrive, background work's included, whatever
+        round is in progress when it arrives: the broadcast is named by its model and round)."""
         work.transfer = None
         sheet, i = work.sheet, work.row
         if direction == "up":
@@ -130,8 +131,9 @@ class Pieces:
             return
         sheet.down[i] = self.env.now
         if self.multicast:
-            sheet.carries[i] = not self.multicast_sent
-            self.multicast_sent = True
+            key = (work.task.index, work.round)
+            sheet.carries[i] = key not in self.multicast_counted
+            self.multicast_counted.add(key)
 
     def _move(self, work: Work, direction: str, seconds: Optional[float] = None):
         nb = work.sheet.messages[direction == "up"][1]
