@@ -102,3 +102,25 @@ def test_a_late_multicast_download_takes_nothing_from_the_next_round(run_in):
     assert avg.summary["engine"] == "vector"
     assert ma[["bytes_up", "bytes_down"]].equals(m[["bytes_up", "bytes_down"]])
     same_participants(c.drop(columns="bytes_down"), ca.drop(columns="bytes_down"))
+
+
+def test_a_download_recorded_when_its_job_is_abandoned_rounds_later_counts_in_its_round(run_in, tmp_path):
+    """Per-round availability: client 3 (latency 1.5 s) is offline in round 2, so its round-1
+    job goes on (download to 1.5 s, in round 2); it is selected in round 3 (from 2.04 s) with
+    `unfinished: skip`, which abandons the job still computing (it fuses nothing: it was
+    offline in round 2): the stop records round 1's row, download and all, and round 1's
+    metrics row follows."""
+    sc = scenario("unicast", 1.5)
+    sc["algorithm"]["unfinished"] = "skip"
+    sc["protocol"]["select"]["sets"] = [[0, 1], [0, 1], [0, 3]]
+    trace = tmp_path / "avail.csv"
+    trace.write_text("round,client,available\n" + "".join(
+        f"{r},0,{0 if r == 2 else 1}\n" for r in range(1, 4)))
+    sc["clients"]["groups"][1]["availability"] = {"model": "round_trace", "path": str(trace), "repeat": False}
+    m, c = outputs(run_in(sc))
+    assert m["bytes_down"].tolist() == [4 * MSG, 3 * MSG, 4 * MSG]     # round 2: client 3 offline
+    r1 = c.loc[(1, 3)]
+    assert r1["bytes_down"] == MSG and r1["background_stop"] == "unfinished" and r1["steps"] == 0
+    t2 = m.loc[2, "virtual_time"]                                       # round 3 starts: the stop
+    assert r1["compute_time"] == pytest.approx(t2 - (1.5 + 6.4e-8), rel=1e-12)
+    assert c.loc[(3, 3), "fuse_skipped"] == "offline" and not c.loc[(2, 3), "available"]
