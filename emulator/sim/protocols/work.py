@@ -166,47 +166,6 @@ class Pieces:
         job's future, resolved only when something reads it. `duration` (default: from the
         client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
         (default: the SGD steps), `step_floor` a lower bound on one recorded step's time,
-        `rows` a subset of the client's samples to train on."""
-        fut, done = self._start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
-        yield done if work.offline is None else done | work.offline
-        if not done.processed:
-            raise WentOffline()
-        self._computed(work)
-        return fut
-
-    def _start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                       record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """`compute` up to its wait: returns (the job's future, the event of its end)."""
-        env, task, c = self.env, work.task, work.client
-        if duration is None:
-            clock = c.clock(work.round, env.now, task.index, work.draws.draw(c.id))
-            duration = clock.time(steps)
-            step_floor = clock.min_step(steps) if steps > 0 else 0.0
-        # spec None: the round's cohort holds this client's job (protocols/cohort.py)
-        fut = None if spec is None else self.submit_job(task, c.id, work.round, steps, spec, work.buffers, rows)
-        work.phase, work.since, work.compute_s = State.COMPUTING, env.now, duration
-        work.recorded_steps = steps if record_steps is None else record_steps
-        work.step_floor = step_floor or 0.0
-        if self.world.recorder.events is not None:
-            self.set_state(c, State.COMPUTING, work.round, f"{steps} steps")
-        # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
-        # as the vector engine orders them: protocols/vector.py); an infinite step time never
-        # ends: an event that never fires
-        return fut, (env.timeout(duration) if math.isfinite(duration) else never_ends(env))
-
-    def _computed(self, work: Work) -> None:
-        cells, i = work.columns, work.index
-        cells.steps[i] = work.recorded_steps
-        cells.compute_time[i] = work.compute_s
-        cells.min_compute[i] = work.recorded_steps * work.step_floor
-
-    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
-        compute time (one timeout: nothing can change the outcome in between); returns the
-        job's future, resolved only when something reads it. `duration` (default: from the
-        client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
-        (default: the SGD steps), `step_floor` a lower bound on one recorded step's time,
         `rows` a subset of the client's samples to train on. It starts when the download
         ended (the outcome's rule: outcome.py)."""
         fut, done = self._start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
