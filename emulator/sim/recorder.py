@@ -65,6 +65,7 @@ class RoundLog:
         self.extra: dict[str, np.ndarray] = {}
         self.drop_reason: dict[int, str] = {}
         self.round_time = None   # the aggregation's duration (set when it is recorded)
+        self.row = None          # the aggregation's metrics row, once written (`follow_bytes`)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
         self.sent = np.zeros((2, self.n), dtype=bool)   # a row's download / upload is in `messages`
 
@@ -76,6 +77,16 @@ class RoundLog:
         new = int(np.count_nonzero(done & ~sent[rows]))
         sent[rows] |= done
         return new
+
+    def bytes_sent(self) -> dict:
+        """The bytes this log's clients uploaded and downloaded (its metrics row's)."""
+        return {"bytes_up": int(self.bytes_up.sum()), "bytes_down": int(self.bytes_down.sum())}
+
+    def follow_bytes(self) -> None:
+        """Transfers of this log's round ended after its metrics row was written (FedUMF's
+        background downloads, docs/engine.md): the row counts them too."""
+        if self.row is not None:
+            self.row.update(self.bytes_sent())
 
     def at(self, client: int) -> int:
         """Row of `client` in this log's columns."""

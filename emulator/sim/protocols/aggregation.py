@@ -121,7 +121,7 @@ class Aggregating:
         for callback in self.before_record:
             callback(w, done)
         w.recorder.metric(row)
-        log.round_time = row.get("round_time")
+        log.round_time, log.row = row.get("round_time"), row
         if done.diverged is not None:
             raise done.diverged
         for callback in self.after_record:
@@ -141,8 +141,7 @@ class Aggregating:
         row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": self.world.wall(),
                "participants": len(arrivals), "selected": int(log.selected.sum()),
                "dropped": int(log.dropped.sum()),
-               "bytes_up": int(log.bytes_up.sum()), "bytes_down": int(log.bytes_down.sum()),
-               "train_loss": train_loss}
+               **log.bytes_sent(), "train_loss": train_loss}
         if extra:
             row.update(extra)
         return row, (train_loss if len(losses) else None)

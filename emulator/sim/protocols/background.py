@@ -17,6 +17,8 @@ later round reads it). It produces nothing when:
 - the run ends first (`run_end`).
 Stopped work keeps the compute time it had used; clients.csv marks background rows with
 `trained` and `background_stop` (why it stopped), never `dropped` (that is for participants).
+Its download counts in its round's bytes whenever it ends, after the round closed too (the
+round's metrics row follows: docs/engine.md, "Background work's bytes").
 """
 from __future__ import annotations
 

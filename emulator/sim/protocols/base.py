@@ -89,9 +89,8 @@ class Protocol(Pieces, Aggregating):
         self.world = world
         self.p = params
         self.env = world.env
-        self.multicast_sent = False     # this round's multicast broadcast has been counted
         self.multicast = False          # a protocol with `broadcast: multicast` sets it
-        self.multicast_key = None       # names this round's multicast broadcast (sim/network.py)
+        self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
         self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)

@@ -120,8 +120,6 @@ class Rounds(Protocol):
         if background:
             task.algorithm.begin_round(t, chosen, avail)
         bc = self.broadcast(task, t)
-        self.multicast_sent = False
-        self.multicast_key = (task.index, t)
         ids = np.asarray(chosen).tolist()
         unselected = self.unselected(ids, avail) if background else []
         workers = ids + unselected

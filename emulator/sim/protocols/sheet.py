@@ -59,9 +59,11 @@ class Sheet:
                         np.array(self.up), at, stopped, self.reason, np.array(self.carries, dtype=bool))
 
     def record(self, now: float) -> None:
-        """Record the rows as they stand at `now` into the log (again later as work goes on)."""
+        """Record the rows as they stand at `now` into the log (again later as work goes on:
+        a transfer that ends after the log's metrics row was written adds to that row)."""
         if self.ids:
             record_outcomes(self.log, self.outcomes(now), self.messages, self.drop)
+            self.log.follow_bytes()
 
     def close(self, now: float) -> None:
         """Record the rows for good (the round closed, the job or the work ended)."""

@@ -116,13 +116,14 @@ class Pieces:
             return env.timeout(seconds)
         jitter = work.draws.jitter_of(work.client.id, direction)
         rng = work.rng(w.streams) if jitter is None and work.client.link.jitter > 0 else None
-        key = self.multicast_key if self.multicast and direction == "down" else None
+        key = (work.task.index, work.round) if self.multicast and direction == "down" else None
         work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng, work.background, key)
         return work.transfer.event
 
     def _sent(self, work: Work, direction: str) -> None:
         """A transfer arrived: its end (a multicast broadcast's bytes are carried by the first
-        download of the round to arrive, background work's included)."""
+        download of its round's broadcast to arrive, background work's included, whatever
+        round is in progress when it arrives: the broadcast is named by its model and round)."""
         work.transfer = None
         sheet, i = work.sheet, work.row
         if direction == "up":
@@ -130,8 +131,9 @@ class Pieces:
             return
         sheet.down[i] = self.env.now
         if self.multicast:
-            sheet.carries[i] = not self.multicast_sent
-            self.multicast_sent = True
+            key = (work.task.index, work.round)
+            sheet.carries[i] = key not in self.multicast_counted
+            self.multicast_counted.add(key)
 
     def _move(self, work: Work, direction: str, seconds: Optional[float] = None):
         nb = work.sheet.messages[direction == "up"][1]
@@ -156,47 +158,6 @@ class Pieces:
         if task.net.has_buffers and spec.buffers is None:
             spec.buffers = buffers
         return self.world.executor.submit(TrainJob(task.index, client, round_, steps, spec, task.batch_size, rows=rows))
-
-    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
-        compute time (one timeout: nothing can change the outcome in between); returns the
-        job's future, resolved only when something reads it. `duration` (default: from the
-        client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
-        (default: the SGD steps), `step_floor` a lower bound on one recorded step's time,
-        `rows` a subset of the client's samples to train on."""
-        fut, done = self._start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
-        yield done if work.offline is None else done | work.offline
-        if not done.processed:
-            raise WentOffline()
-        self._computed(work)
-        return fut
-
-    def _start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                       record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """`compute` up to its wait: returns (the job's future, the event of its end)."""
-        env, task, c = self.env, work.task, work.client
-        if duration is None:
-            clock = c.clock(work.round, env.now, task.index, work.draws.draw(c.id))
-            duration = clock.time(steps)
-            step_floor = clock.min_step(steps) if steps > 0 else 0.0
-        # spec None: the round's cohort holds this client's job (protocols/cohort.py)
-        fut = None if spec is None else self.submit_job(task, c.id, work.round, steps, spec, work.buffers, rows)
-        work.phase, work.since, work.compute_s = State.COMPUTING, env.now, duration
-        work.recorded_steps = steps if record_steps is None else record_steps
-        work.step_floor = step_floor or 0.0
-        if self.world.recorder.events is not None:
-            self.set_state(c, State.COMPUTING, work.round, f"{steps} steps")
-        # always an event, even of 0 s (equal-time uploads then keep the order of their causes,
-        # as the vector engine orders them: protocols/vector.py); an infinite step time never
-        # ends: an event that never fires
-        return fut, (env.timeout(duration) if math.isfinite(duration) else never_ends(env))
-
-    def _computed(self, work: Work) -> None:
-        cells, i = work.columns, work.index
-        cells.steps[i] = work.recorded_steps
-        cells.compute_time[i] = work.compute_s
-        cells.min_compute[i] = work.recorded_steps * work.step_floor
 
     def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
                 record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
