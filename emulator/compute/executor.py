@@ -351,6 +351,8 @@ class SequentialExecutor(Executor):
         place), or the rule's functional pieces (gradient.py)."""
         rule = job.spec.rule
         if not rule.has_pieces:
+            if bufs is None:
+                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb)
             return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs)
         pg, start = PiecesGradient(net, rule), w.clone()
         vectors, rng = self.spec_vectors(job.spec), noise_stream(self.streams, job)
