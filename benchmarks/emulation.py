@@ -272,30 +272,35 @@ def emulation(quick: bool, peers: dict) -> dict:
 def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path:
     """benchmarks/results/emulation_peers{,_quick}.json and .md: per task and tool the median
     s/round with its spread over repetitions, the median ratio to flemu within repetitions,
-    CPU seconds per round, jobs trained, and whether the virtual outcome matched flemu's."""
+    CPU seconds per round and their ratio to flemu's within repetitions, jobs trained, whether
+    the virtual outcome matched flemu's, and how far the final parameters are from flemu's."""
     name = name or ("emulation_peers_quick" if quick else "emulation_peers")
     load = out["load_avg_start"][0]
     lines = [f"# Emulation peers on W1-het ({'quick, ' if quick else ''}{out['repetitions']} paired repetition(s), "
              f"1 + {out['rounds']} rounds; E3: s per merge over a run of {'41' if quick else '101'} merges)", "",
              f"Machine: {machine.get('cpus')} CPUs, torch {machine.get('torch')}; load average at start "
              f"{load:.1f}, at end {out['load_avg_end'][0]:.1f}" + (" (UNDER LOAD: ratios only)" if load > 3 else ""), "",
-             "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | jobs trained | outcome vs flemu "
-             "| final params, max abs diff vs flemu |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | CPU / flemu's (min-max) "
+             "| jobs trained | outcome vs flemu | final params, max abs diff vs flemu |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for task, t in out["tasks"].items():
         for tool in ("flemu", *HARNESS):
             runs = [r for r in t[tool] if "s_per_round" in r]
             if not runs:
                 why = t[tool][0].get("skipped", "?") if t[tool] else "?"
-                lines.append(f"| {task} | {tool} | skipped: {why[:160]} | | | | | |")
+                lines.append(f"| {task} | {tool} | skipped: {why[:160]} | | | | | | |")
                 continue
             s = summary([r["s_per_round"] for r in runs])
             ratio = "1" if tool == "flemu" else "{median:.2f} ({min:.2f}-{max:.2f})".format(**summary([r["over_flemu"] for r in runs]))
             cpu = summary([r["cpu_s_per_round"] for r in runs])["median"]
+            # the CPU ratio within each repetition (steadier than wall seconds on a loaded machine)
+            pairs = [r["cpu_s_per_round"] / f["cpu_s_per_round"] for r, f in zip(t[tool], t["flemu"]) if "s_per_round" in r]
+            cpu_ratio = "1" if tool == "flemu" else "{median:.2f} ({min:.2f}-{max:.2f})".format(**summary(pairs))
             jobs = runs[-1]["jobs_trained"]
             same = "-" if tool == "flemu" else ("same" if all(r["vs_flemu"]["match"] for r in runs) else "DIFFERS")
             diff = "-" if tool == "flemu" else f"{max(r['final_max_abs_diff'] for r in runs):.1e}"
-            lines.append(f"| {task} | {tool} | {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}) | {ratio} | {cpu:.3f} | {jobs} "
+            lines.append(f"| {task} | {tool} | {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}) | {ratio} | {cpu:.3f} "
+                         f"| {cpu_ratio} | {jobs} "
                          f"| {same} | {diff} |")
     lines += ["", "Load average (1 min) at each repetition's start: " + "; ".join(
         f"{task} " + " / ".join(f"{r['load_avg'][0]:.1f}" for r in t["flemu"] if "load_avg" in r)
