@@ -167,8 +167,9 @@ THREADS = {"appfl": int(os.environ.get("APPFL_THREADS", "1")), "flgo": 1}
 def run_peer(peer: str, python: str, spec: Path, rounds: int, w_flemu: np.ndarray) -> dict:
     """One peer run on a spec (the peer's venv Python, THREADS[peer] torch threads); its JSON line,
     with `final_max_abs_diff` (its final global vector against flemu's `w_flemu`) and the CPU
-    seconds of the whole peer process as its parent sees them (`children_cpu_s`: those of processes
-    it started, beyond its own threads' `process_cpu_s`)."""
+    seconds of the whole peer process as its parent sees them (`process_tree_cpu_s`, processes it
+    started included; `children_cpu_s`: beyond the `process_cpu_s` of all its threads when it
+    printed its result)."""
     work = CACHE / "peer_work"
     work.mkdir(parents=True, exist_ok=True)
     final = work / f"{peer}_final.npy"
@@ -308,9 +309,11 @@ def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path
     kids = {p: max((r["children_cpu_s"] for t in out["tasks"].values() for r in t[p] if "children_cpu_s" in r), default=None)
             for p in HARNESS}
     lines += ["", "CPU s/round: the process's CPU seconds (`time.process_time`, every thread) over the round's wall "
-              "seconds; flemu starts no process, and the CPU seconds of each peer's whole process tree (its parent's "
-              "`getrusage(RUSAGE_CHILDREN)`) exceed its own process's by at most "
-              + ", ".join(f"{p} {v:.2f} s" for p, v in kids.items() if v is not None) + " a run (processes it started). "
+              "seconds. flemu starts no process; each peer's whole process as its parent sees it "
+              "(`getrusage(RUSAGE_CHILDREN)`) used at most "
+              + ", ".join(f"{p} {v:.2f} s" for p, v in kids.items() if v is not None) + " more CPU a run than its own "
+              "`process_time` when it printed its result: the interpreter's exit (`strace -f`: neither peer starts a "
+              "process). "
               "Final params: the largest absolute difference of the final global parameter vector from flemu's (max "
               "over repetitions)."]
     RESULTS.mkdir(parents=True, exist_ok=True)
