@@ -31,7 +31,9 @@ gc.collect() several times per client per round, 0.4 s each with 100 client agen
 `train_data_shuffle: False`, no validation, logging to a null handler.
 
 Prints one JSON line: s_per_round (median of rounds 2..R; E3: of merges 2..M), cpu_s_per_round,
-round_s, jobs_trained, outcome (E0-E2 {aggregated, close}; E3 {client, time, staleness} per merge).
+round_s, jobs_trained, process_cpu_s (the process's CPU seconds since it started, all threads),
+outcome (E0-E2 {aggregated, close}; E3 {client, time, staleness} per merge). With W1_FINAL set,
+the final global vector is saved there (.npy).
 """
 from __future__ import annotations
 
@@ -218,9 +220,11 @@ def main():
         outcome = {"aggregated": [sorted(int(c) for c in r["accepted_cids"]) for r in h],
                    "close": [float(r["t_barrier"]) for r in h]}
     final = torch.nn.utils.parameters_to_vector(server.model.parameters()).detach().numpy()
+    if os.environ.get("W1_FINAL"):             # the final global vector, for benchmarks/emulation.py
+        np.save(os.environ["W1_FINAL"], final)
     print(json.dumps({"peer": "appfl 1.12", "task": kind, "s_per_round": float(np.median(wall[1:])),
                       "cpu_s_per_round": float(np.median(cpu[1:])), "round_s": wall.tolist(),
-                      "jobs_trained": jobs[0], "rounds": len(wall), "final_norm": float(np.linalg.norm(final)),
+                      "jobs_trained": jobs[0], "rounds": len(wall), "final_norm": float(np.linalg.norm(final)), "process_cpu_s": time.process_time(),
                       "outcome": outcome}))
 
 

@@ -10,8 +10,8 @@ of a third of the fleet each: 0.05 / 0.2 / 1.0 s per local step, 20 / 10 / 5 Mbi
   E1  the same with a 5 s deadline (late clients are dropped)
   E2  over-selection: 20 selected, the first 12 uploads are aggregated
   E3  asynchronous FL (FedAsync, alpha 0.6, polynomial staleness a = 0.5; every client always
-      busy, each arrival merged), counted in merges instead of rounds; flemu on one torch thread
-      (FLEMU_E3_THREADS), since its jobs run one at a time here
+      busy, each arrival merged), counted in merges instead of rounds; flemu's jobs run one at a
+      time here, each on one torch thread (`auto`'s workers: compute/threads.py)
 
 flemu runs first (its `auto` executor, 2 workers); what it did is written to a spec file
 (tmp_cache/emulation_<task>.npz): the data rows, initial vector, every round's selection in
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -62,9 +63,6 @@ def scenario(task: str, rounds: int) -> dict:
         sc["protocol"] = {"name": "async", "local_steps": STEPS}
         sc["algorithm"] = {"name": "fedasync", "lr": 0.05, "alpha": ALPHA, "prox_rho": 0.0,
                            "staleness": {"function": "polynomial", "a": STALE_A}}
-        # async merges one job at a time: one torch thread (as the peers), not two intra-op threads
-        # for a batch of 32 (sitting a, load 3-4: 0.53 s per merge against 0.03 at load 2)
-        sc["executor"] = {"name": "auto", "threads": int(os.environ.get("FLEMU_E3_THREADS", "1"))}
     return sc
 
 
@@ -166,18 +164,31 @@ HARNESS = {"appfl": HERE / "appfl_w1.py", "flgo": HERE / "flgo_w1.py"}
 THREADS = {"appfl": int(os.environ.get("APPFL_THREADS", "1")), "flgo": 1}
 
 
-def run_peer(peer: str, python: str, spec: Path, rounds: int) -> dict:
-    """One peer run on a spec (the peer's venv Python, THREADS[peer] torch threads); its JSON line."""
+def run_peer(peer: str, python: str, spec: Path, rounds: int, w_flemu: np.ndarray) -> dict:
+    """One peer run on a spec (the peer's venv Python, THREADS[peer] torch threads); its JSON line,
+    with `final_max_abs_diff` (its final global vector against flemu's `w_flemu`) and the CPU
+    seconds of the whole peer process as its parent sees them (`process_tree_cpu_s`, processes it
+    started included; `children_cpu_s`: beyond the `process_cpu_s` of all its threads when it
+    printed its result)."""
     work = CACHE / "peer_work"
     work.mkdir(parents=True, exist_ok=True)
+    final = work / f"{peer}_final.npy"
+    final.unlink(missing_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = subprocess.run([python, str(HARNESS[peer]), str(spec), str(rounds + 1)], capture_output=True, text=True,
                          timeout=900, env={**os.environ, "OMP_NUM_THREADS": str(THREADS[peer]),
                                            "MKL_NUM_THREADS": str(THREADS[peer]), "W1_THREADS": str(THREADS[peer]),
-                                           "W1_TMP": str(work)})
+                                           "W1_TMP": str(work), "W1_FINAL": str(final)})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
         err = [ln for ln in res.stderr.strip().splitlines() if ln.strip() and "Warning" not in ln and "pynvml" not in ln]
         raise RuntimeError(" | ".join(err[-3:])[-500:] or f"exit status {res.returncode}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["process_tree_cpu_s"] = cpu
+    out["children_cpu_s"] = cpu - out["process_cpu_s"]
+    out["final_max_abs_diff"] = float(np.abs(np.load(final) - w_flemu).max())
+    return out
 
 
 def compare(task: str, mine: dict, theirs: dict, n: int) -> dict:
@@ -219,7 +230,10 @@ def emulation(quick: bool, peers: dict) -> dict:
         n = (40 if quick else 100) if task == "E3" else rounds     # E3 counts merges
         t_out = {"what": what, "flemu": [], **{p: [] for p in HARNESS}}
         for rep in range(reps):
+            load = list(os.getloadavg())
             world, w0, tf = run_flemu(task, n)
+            tf["load_avg"] = load
+            w_final = world.tasks[0].algorithm.global_params().detach().cpu().numpy()
             n1 = n + 1
             spec = write_spec(task, world, w0)
             mine = outcome(world, task)
@@ -239,14 +253,14 @@ def emulation(quick: bool, peers: dict) -> dict:
                     t_out[peer].append({"skipped": f"no {peer} venv (run `make bench`, which creates it)"})
                     continue
                 try:
-                    r = run_peer(peer, py, spec, n)
+                    r = run_peer(peer, py, spec, n, w_final)
                 except Exception as e:          # noqa: BLE001 (a peer that fails is recorded, not fatal)
                     t_out[peer].append({"skipped": f"{peer} run failed: {e}"})
                     continue
                 r["vs_flemu"] = compare(task, mine, r["outcome"], n + 1)
                 r["over_flemu"] = r["s_per_round"] / tf["s_per_round"]
                 t_out[peer].append(r)
-            log(f"  {task} rep {rep + 1}: flemu {tf['s_per_round']:.3f} s/round (cpu {tf['cpu_s_per_round']:.3f})"
+            log(f"  {task} rep {rep + 1} (load {load[0]:.1f}): flemu {tf['s_per_round']:.3f} s/round (cpu {tf['cpu_s_per_round']:.3f})"
                 + "".join(f"; {p} " + (f"{t_out[p][-1]['s_per_round']:.3f} ({t_out[p][-1]['over_flemu']:.2f}x, "
                                         f"outcome {'same' if t_out[p][-1]['vs_flemu']['match'] else 'DIFFERS'})"
                                         if "s_per_round" in t_out[p][-1] else "skipped: " + t_out[p][-1]["skipped"][:200])
@@ -259,28 +273,49 @@ def emulation(quick: bool, peers: dict) -> dict:
 def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path:
     """benchmarks/results/emulation_peers{,_quick}.json and .md: per task and tool the median
     s/round with its spread over repetitions, the median ratio to flemu within repetitions,
-    CPU seconds per round, jobs trained, and whether the virtual outcome matched flemu's."""
+    CPU seconds per round and their ratio to flemu's within repetitions, jobs trained, whether
+    the virtual outcome matched flemu's, and how far the final parameters are from flemu's."""
     name = name or ("emulation_peers_quick" if quick else "emulation_peers")
     load = out["load_avg_start"][0]
     lines = [f"# Emulation peers on W1-het ({'quick, ' if quick else ''}{out['repetitions']} paired repetition(s), "
              f"1 + {out['rounds']} rounds; E3: s per merge over a run of {'41' if quick else '101'} merges)", "",
              f"Machine: {machine.get('cpus')} CPUs, torch {machine.get('torch')}; load average at start "
              f"{load:.1f}, at end {out['load_avg_end'][0]:.1f}" + (" (UNDER LOAD: ratios only)" if load > 3 else ""), "",
-             "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | jobs trained | outcome vs flemu |",
-             "|---|---|---|---|---|---|---|"]
+             "| task | tool | s/round median (min-max) | / flemu (min-max) | CPU s/round | CPU / flemu's (min-max) "
+             "| jobs trained | outcome vs flemu | final params, max abs diff vs flemu |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for task, t in out["tasks"].items():
         for tool in ("flemu", *HARNESS):
             runs = [r for r in t[tool] if "s_per_round" in r]
             if not runs:
                 why = t[tool][0].get("skipped", "?") if t[tool] else "?"
-                lines.append(f"| {task} | {tool} | skipped: {why[:160]} | | | | |")
+                lines.append(f"| {task} | {tool} | skipped: {why[:160]} | | | | | | |")
                 continue
             s = summary([r["s_per_round"] for r in runs])
             ratio = "1" if tool == "flemu" else "{median:.2f} ({min:.2f}-{max:.2f})".format(**summary([r["over_flemu"] for r in runs]))
             cpu = summary([r["cpu_s_per_round"] for r in runs])["median"]
+            # the CPU ratio within each repetition (steadier than wall seconds on a loaded machine)
+            pairs = [r["cpu_s_per_round"] / f["cpu_s_per_round"] for r, f in zip(t[tool], t["flemu"]) if "s_per_round" in r]
+            cpu_ratio = "1" if tool == "flemu" else "{median:.2f} ({min:.2f}-{max:.2f})".format(**summary(pairs))
             jobs = runs[-1]["jobs_trained"]
             same = "-" if tool == "flemu" else ("same" if all(r["vs_flemu"]["match"] for r in runs) else "DIFFERS")
-            lines.append(f"| {task} | {tool} | {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}) | {ratio} | {cpu:.3f} | {jobs} | {same} |")
+            diff = "-" if tool == "flemu" else f"{max(r['final_max_abs_diff'] for r in runs):.1e}"
+            lines.append(f"| {task} | {tool} | {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}) | {ratio} | {cpu:.3f} "
+                         f"| {cpu_ratio} | {jobs} "
+                         f"| {same} | {diff} |")
+    lines += ["", "Load average (1 min) at each repetition's start: " + "; ".join(
+        f"{task} " + " / ".join(f"{r['load_avg'][0]:.1f}" for r in t["flemu"] if "load_avg" in r)
+        for task, t in out["tasks"].items())]
+    kids = {p: max((r["children_cpu_s"] for t in out["tasks"].values() for r in t[p] if "children_cpu_s" in r), default=None)
+            for p in HARNESS}
+    lines += ["", "CPU s/round: the process's CPU seconds (`time.process_time`, every thread) over the round's wall "
+              "seconds. flemu starts no process; each peer's whole process as its parent sees it "
+              "(`getrusage(RUSAGE_CHILDREN)`) used at most "
+              + ", ".join(f"{p} {v:.2f} s" for p, v in kids.items() if v is not None) + " more CPU a run than its own "
+              "`process_time` when it printed its result: the interpreter's exit (`strace -f`: neither peer starts a "
+              "process). "
+              "Final params: the largest absolute difference of the final global parameter vector from flemu's (max "
+              "over repetitions)."]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine, **out}, indent=1))
     path = RESULTS / f"{name}.md"

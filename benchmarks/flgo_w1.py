@@ -32,7 +32,9 @@ FLGo 0.4.4's `TaskDataset` does, so the harness gives it `__getitems__` (a list 
 `__getitem__`); only FLGo's own data loaders use it (set-up), the timed training reads the
 spec's batches.
 Prints one JSON line: s_per_round (median of rounds 2..R), cpu_s_per_round, round_s, jobs_trained,
-outcome {aggregated: [[client, ...] per round], close: [virtual close time per round]}.
+process_cpu_s (the process's CPU seconds since it started, all threads), outcome {aggregated:
+[[client, ...] per round], close: [virtual close time per round]}. With W1_FINAL set, the final
+global vector is saved there (.npy).
 """
 from __future__ import annotations
 
@@ -253,10 +255,12 @@ def main():
         per, cpu_per = wall[1:], cpu[1:]
         outcome = {"aggregated": marks["aggregated"], "close": np.cumsum(marks["length"]).tolist()}
     final = torch.nn.utils.parameters_to_vector(runner.model.parameters()).detach().numpy()
+    if os.environ.get("W1_FINAL"):             # the final global vector, for benchmarks/emulation.py
+        np.save(os.environ["W1_FINAL"], final)
     print(json.dumps({"peer": "flgo 0.4.4", "task": task_kind, "s_per_round": float(np.median(per)),
                       "cpu_s_per_round": float(np.median(cpu_per)), "round_s": wall.tolist(),
                       "uploads_per_update": marks["uploads"], "jobs_trained": jobs[0], "rounds": len(wall),
-                      "final_norm": float(np.linalg.norm(final)), "outcome": outcome}))
+                      "final_norm": float(np.linalg.norm(final)), "process_cpu_s": time.process_time(), "outcome": outcome}))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ together. `SequentialExecutor` is the reference semantics: a plain loop over job
 On a CPU it can train `workers` clients at once, each on its own Python thread with one
 torch thread (`JobThreads`): small convolutions use two intra-op threads poorly, while two
 clients on one thread each keep both cores busy (torch releases the GIL inside its kernels).
+With `workers` > 1 every job trains on one torch thread, a job alone in its level too
+(asynchronous protocols resolve one job at a time).
 Each job computes exactly what the loop computes (its own batches, its own vectors); each
 worker runs its own replica of the module, since `functional_call` swaps a module's
 parameters while it runs.
@@ -277,7 +279,7 @@ class SequentialExecutor(Executor):
         """Compute these jobs one by one (on `workers` threads on a CPU); `whys[i]`: why job i
         is on the loop."""
         jobs = [fut.job for fut in futures]
-        if self._threads is not None and len(jobs) > 1:
+        if self._threads is not None and jobs:
             results = self._threads.map(self.train, jobs, self.tasks)
         else:
             results = [self.train(job) for job in jobs]
@@ -349,6 +351,8 @@ class SequentialExecutor(Executor):
         place), or the rule's functional pieces (gradient.py)."""
         rule = job.spec.rule
         if not rule.has_pieces:
+            if bufs is None:
+                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb)
             return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs)
         pg, start = PiecesGradient(net, rule), w.clone()
         vectors, rng = self.spec_vectors(job.spec), noise_stream(self.streams, job)

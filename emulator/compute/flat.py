@@ -10,6 +10,11 @@ a copy of the round's buffers, which BatchNorm updates in place; evaluation runs
 mode on the global buffers. How the global buffers follow the clients' is the protocol's
 business (FedAvg-style averaging, `sim/protocols/base.py`). Integer buffers
 (`num_batches_tracked`) are not tracked: they only matter for BatchNorm(momentum=None).
+
+A training step's gradient (`step_loss_and_grad`) runs on a second copy of the module whose
+parameters are views of one flat vector: the step copies w into it and calls the module,
+without `functional_call`'s per-call swap of every parameter (a few % of a small CNN's step,
+all of it under the GIL, which two worker threads share). Same operations, same bits.
 """
 from __future__ import annotations
 
@@ -47,12 +52,14 @@ class FlatModel:
         self.loss = loss_kind(module)
         # the module's own closed-form gradient replaces autograd (not with BatchNorm buffers)
         self.closed_form = isinstance(module, ClosedFormLoss) and not self.has_buffers
+        self._bound = None            # (module copy, its flat parameter vector, its parameters)
 
     def replica(self) -> "FlatModel":
         """The same model on its own module (for a second thread: `functional_call` swaps a
         module's parameters while it runs)."""
         twin = copy.copy(self)
         twin.module = copy.deepcopy(self.module)
+        twin._bound = None
         return twin
 
     @property
@@ -98,6 +105,32 @@ class FlatModel:
         loss = self.batch_loss(w, x, y, buffers)
         (g,) = torch.autograd.grad(loss, w)
         return loss.detach(), g
+
+    def step_loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple:
+        """`loss_and_grad` of a local step of a model without buffers, on the bound copy (see
+        the module doc); the same bits. Models with buffers or a closed form take `loss_and_grad`."""
+        if self.closed_form or self.has_buffers:
+            return self.loss_and_grad(w, x, y)
+        module, flat, params = self._bound or self._bind()
+        if module.training != self.module.training:
+            module.train(self.module.training)
+        with torch.no_grad():
+            flat.copy_(w)
+        out = module(x)
+        loss = out.mean() if self.loss == "direct" else F.cross_entropy(out, y)
+        grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+        return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
+
+    def _bind(self) -> tuple:
+        """A copy of the module whose parameters are views of one flat vector (made on first use)."""
+        module = copy.deepcopy(self.module)
+        flat = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+        params = [p for _, p in module.named_parameters()]
+        for p, piece, shape in zip(params, torch.split(flat, self.numels), self.shapes):
+            p.data = piece.view(shape)
+            p.requires_grad_(True)       # as every piece of w in `loss_and_grad`
+        self._bound = (module, flat, params)
+        return self._bound
 
     def batch_loss(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                    buffers: Optional[torch.Tensor] = None) -> torch.Tensor:
