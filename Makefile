@@ -96,13 +96,21 @@ bench: $(STAMP)
 # mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
 # at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
 # each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on
-# 2 cores); `$(BIN)/mutmut results` / `$(BIN)/mutmut show ID` list and show the survivors.
-# Mutants are written into the source tree: do not edit, stash or check out during a run.
+# 2 cores). Each pair writes $(MUT_DIR)/<pair>.txt: the score line, then the diff of every
+# survivor. docs/mutation.md has the scores and the reasons of the survivors kept.
+# Robustness (the "Mutant.line is required" crash): mutmut's cache names a mutant by its line's
+# text and number, and any other mutmut command (show, apply, a second run) re-reads the module
+# while a mutant is on disk, drops that line from the cache, and the run then dies; the dying
+# run leaves the module empty or mutated, with the original in <module>.bak. Hence: one run at a
+# time (a lock), no mutmut command inside a run, a cache per pair keyed by the module's content
+# (an edited module starts afresh), a left-over <module>.bak restored before and after each
+# pair, and the module checked byte for byte against its state before the pair.
 # string, f-string and decorator mutants are left out: they change docstrings and field
 # descriptions, which no test should pin; -m 10: on a loaded machine a mutant's tests may run
 # several times slower than the baseline without looping
 MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator -m 10
-MUTATE ?= selection fedasync availability network invariants assignment fedsum fedumf vector
+MUT_DIR  := build/mutmut
+MUTATE ?= invariants fedsum network availability selection fedasync fedumf assignment vector
 MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
@@ -121,7 +129,9 @@ MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
 .PHONY: mutate
 mutate: $(STAMP)
 	$(PIP) install $(PIPFLAGS) -e '.[test,mutate]'
-	@set -e; for m in $(MUTATE); do \
+	@set -e; mkdir -p $(MUT_DIR); exec 9>$(MUT_DIR)/lock; \
+	flock -n 9 || { echo "make mutate: another run holds $(MUT_DIR)/lock in this tree"; exit 2; }; \
+	for m in $(MUTATE); do \
 	  case "$$m" in \
 	    selection) pair='$(MUT_selection)';; \
 	    availability) pair='$(MUT_availability)';; \
@@ -135,7 +145,24 @@ mutate: $(STAMP)
 	    *) echo "unknown MUTATE pair $$m"; exit 2;; \
 	  esac; \
 	  mod=$${pair%%|*}; tests=$${pair#*|}; \
-	  echo "== mutmut: $$mod <- $$tests"; \
+	  if [ -f "$$mod.bak" ]; then echo "$$mod.bak left by a killed run: restoring $$mod from it"; mv -f "$$mod.bak" "$$mod"; fi; \
+	  sum=$$(sha256sum "$$mod" | cut -c1-16); cache=$(MUT_DIR)/$$m-$$sum.sqlite; \
+	  for old in $(MUT_DIR)/$$m-*.sqlite; do [ "$$old" = "$$cache" ] || rm -f "$$old"; done; \
+	  rm -f .mutmut-cache; if [ -f "$$cache" ]; then mv "$$cache" .mutmut-cache; fi; \
+	  trap '[ ! -f "$$mod.bak" ] || mv -f "$$mod.bak" "$$mod"; [ ! -f .mutmut-cache ] || mv -f .mutmut-cache "$$cache"' EXIT; \
+	  trap 'exit 130' INT TERM; \
+	  echo "== mutmut: $$mod <- $$tests"; rc=0; \
 	  FLEMU_TEST_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
-	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || true; \
-	done; $(BIN)/mutmut results
+	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || rc=$$?; \
+	  if [ -f "$$mod.bak" ]; then mv -f "$$mod.bak" "$$mod"; fi; \
+	  if [ "$$(sha256sum "$$mod" | cut -c1-16)" != "$$sum" ]; then \
+	    echo "make mutate: $$mod differs from its state before the run: check it (git diff -- $$mod)"; exit 1; fi; \
+	  if [ $$((rc % 2)) -eq 1 ]; then echo "make mutate: mutmut failed on $$mod (status $$rc); $$mod is restored"; exit 1; fi; \
+	  $(BIN)/python -c "import sqlite3; c = sqlite3.connect('.mutmut-cache'); \
+	    n = dict(c.execute('select status, count(*) from mutant group by status').fetchall()); \
+	    k = n.get('ok_killed', 0) + n.get('ok_suspicious', 0) + n.get('bad_timeout', 0); t = sum(n.values()); \
+	    print(f'$$m $$mod: {k}/{t} killed ({100 * k / max(t, 1):.0f}%), survived {n.get(\"bad_survived\", 0)}, ' \
+	          f'untested {n.get(\"untested\", 0) + n.get(\"skipped\", 0)}')" | tee $(MUT_DIR)/$$m.txt; \
+	  $(BIN)/mutmut show all >> $(MUT_DIR)/$$m.txt; \
+	  mv -f .mutmut-cache "$$cache"; trap - EXIT INT TERM; \
+	done; cat $(foreach m,$(MUTATE),$(MUT_DIR)/$(m).txt) 2>/dev/null | grep -E '^[a-z]+ [a-z/_]+\.py: ' || true

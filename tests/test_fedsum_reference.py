@@ -204,3 +204,60 @@ def test_late_uploads_keep_the_clients_state(tmp_path, run_in, method):
     for t in late["round"]:                     # a late round leaves client 2's state as it was
         for before, after in zip(states[t - 1], states[t]):
             assert np.array_equal(np.asarray(before[2]), np.asarray(after[2]))
+
+
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_leading_empty_rounds_take_the_first_known_k(tmp_path, method):
+    """Nobody online in rounds 1 and 2: y stays 0 and x at x^0, and once the first uploads say
+    K = 3, those rounds' gamma^t = eta_g eta_l^t K enters FedSUM-CR's Gamma as if K had been
+    known from the start (the reference's fixed K), with a decaying eta_l^t."""
+    seq = [[], []] + SEQ
+    xs, w = run_world(quad_scenario(algo_block(method, 0.1, schedule="inv_sqrt"), seq, tmp_path))
+    assert np.array_equal(xs[2], xs[0])
+    np.testing.assert_allclose(xs, reference(method, seq, 0.1, 3, schedule="inv_sqrt"), rtol=0, atol=TOL)
+    gamma = [0.1 / np.sqrt(r / 10 + 1) * 3 for r in range(8)]             # spec rounds 0..7, K = 3
+    m = w.recorder.metrics_frame()
+    # metrics.csv: gamma^t as the round knew it (no K yet in rounds 1 and 2: 0, x did not move)
+    np.testing.assert_allclose(m.loc[m["round"] >= 1, "gamma"], [0, 0] + gamma[2:], rtol=0, atol=1e-15)
+    c = w.recorder.clients_frame()             # a merged client's weight: its 1/N share of y (Eq. (7))
+    assert c.loc[c["weight"] > 0, "weight"].tolist() == [1 / 3] * sum(len(s) for s in seq)
+    algo = w.tasks[0].algorithm
+    for a, b in ((0, 8), (0, 2), (1, 5), (3, 8)):
+        assert algo.gamma_sum(a, b) == pytest.approx(sum(gamma[a:b]), rel=0, abs=1e-14)
+
+
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_a7_leading_empty_rounds_without_a_step_are_no_rounds(tmp_path, method):
+    """`step_on_empty: false` and nobody online in rounds 1 and 2: Gamma(0, 2) = 0, so
+    FedSUM-CR's first correction is 0 (not (x_hat - x) / 0), and every later iterate is the
+    reference run without those rounds (constant lr; SEQ without its own empty round)."""
+    algo = dict(algo_block(method, 0.1), step_on_empty=False)
+    busy = [s for s in SEQ if s]
+    xs, w = run_world(quad_scenario(algo, [[], []] + busy, tmp_path))
+    assert np.array_equal(xs[2], xs[0]) and w.tasks[0].algorithm.gamma_sum(0, 2) == 0.0
+    np.testing.assert_allclose(xs[2:], reference(method, busy, 0.1, 3), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_zero_local_steps_are_dropouts(tmp_path, method):
+    """`local_steps: 0`: every upload has K_i = 0, a dropout (docs/algorithms/fedsum.md 3.6):
+    nobody is merged or weighted, y stays 0 and x stays x^0."""
+    xs, w = run_world(quad_scenario(algo_block(method, 0.1), SEQ, tmp_path, K=0))
+    c = w.recorder.clients_frame()
+    assert c["selected"].sum() == sum(len(s) for s in SEQ) and (c["weight"] == 0).all()
+    assert all(np.array_equal(x, xs[0]) for x in xs) and len(xs) == len(SEQ) + 1
+    assert float(w.tasks[0].algorithm.y.abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("method", ["fedsum_b", "fedsum", "fedsum_cr"])
+def test_declared_client_state_is_the_state_the_run_stores(tmp_path, method):
+    """What `flemu list` shows (the class's name and client_state) is what a run uses: the
+    registered name, and exactly the per-client tables the store holds afterwards (3 clients,
+    2 float64 parameters: 48 bytes a vector table, 24 for FedSUM-CR's integer r_i)."""
+    from emulator.listing import algorithm_lines
+    _, w = run_world(quad_scenario(algo_block(method, 0.1), SEQ, tmp_path))
+    algo = w.tasks[0].algorithm
+    kinds = algo.states.summary()["client_state_kinds"]
+    assert algo.name == method and tuple(kinds) == algo.client_state
+    assert kinds == ({"fedsum_y": 48, "fedsum_xhat": 48, "fedsum_r": 24} if method == "fedsum_cr" else {"fedsum_y": 48})
+    assert f"per-client state: {', '.join(kinds)}" in algorithm_lines(type(algo))
