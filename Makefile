@@ -115,7 +115,7 @@ MUT_selection    := devices/selection.py|tests/test_devices_availability.py::tes
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
   tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \
-  tests/test_devices_availability.py::test_biased_staircase_frequencies
+  tests/test_devices_availability.py::test_biased_staircase_frequencies tests/test_selection_patterns.py
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py
 MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
