@@ -122,7 +122,7 @@ MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
 MUT_invariants   := emulator/invariants.py|tests/test_invariants.py
 MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
   tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
-  tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol
+  tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol tests/test_fedasync_rules.py
 MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
 MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py
 MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
