@@ -115,14 +115,14 @@ MUT_selection    := devices/selection.py|tests/test_devices_availability.py::tes
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
   tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \
-  tests/test_devices_availability.py::test_biased_staircase_frequencies
+  tests/test_devices_availability.py::test_biased_staircase_frequencies tests/test_selection_patterns.py
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py
 MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
 MUT_invariants   := emulator/invariants.py|tests/test_invariants.py
 MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
   tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
-  tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol
+  tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol tests/test_fedasync_rules.py
 MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
 MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py
 MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
