@@ -116,8 +116,7 @@ class FlatModel:
             module.train(self.module.training)
         with torch.no_grad():
             flat.copy_(w)
-        out = module(x)
-        loss = out.mean() if self.loss == "direct" else F.cross_entropy(out, y)
+        loss = self.mean_loss(module(x), y)
         grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
         return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
 
@@ -135,7 +134,11 @@ class FlatModel:
     def batch_loss(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                    buffers: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mean loss of a training batch (train mode: BatchNorm updates `buffers`)."""
-        out = self.forward(w, x, buffers, train=True)
+        return self.mean_loss(self.forward(w, x, buffers, train=True), y)
+
+    def mean_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The batch's mean loss from the module's output: per-sample losses (a `DirectLoss`
+        model) or logits against labels."""
         if self.loss == "direct":
             return out.mean()
         return F.cross_entropy(out, y)
