@@ -29,6 +29,19 @@ demo: $(STAMP)
 test: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
 
+# the golden check (issue 34): about 55 small scenarios across protocols, engines, executors,
+# device models and the paper families; every file of their run directories (less wall-clock
+# columns) is compared with the hashes in tests/golden/hashes.json (about 30 s on 2 cores).
+# A change that shifts them is recorded with `make golden-update REASON="..."`, which rewrites
+# the hashes and adds the reason and the shifted cases to docs/changelog.md. GOLDEN=case...
+# picks cases (tests/golden/golden.py list).
+GOLDEN ?=
+.PHONY: golden golden-update
+golden: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m tests.golden.golden check $(GOLDEN)
+golden-update: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m tests.golden.golden update --reason "$(REASON)" $(GOLDEN)
+
 # property-based scenarios (issue 16, tests/test_fuzz.py): FUZZ_EXAMPLES drawn scenarios per
 # property (default 500: about 1,500 runs and 1,000 malformed files, 15-20 min on 2 cores), with
 # hypothesis's example database in .hypothesis/fuzz, so a failure found is replayed first next time
