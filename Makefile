@@ -132,7 +132,7 @@ MUT_selection    := devices/selection.py|tests/test_devices_availability.py::tes
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py
 MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
-MUT_invariants   := emulator/invariants.py|tests/test_invariants.py
+MUT_invariants   := emulator/runs/invariants.py|tests/test_invariants.py
 MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
   tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
   tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol tests/test_fedasync_rules.py

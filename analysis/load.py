@@ -20,7 +20,7 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from emulator.yaml_input import parse as parse_yaml
+from emulator.scenario.yaml_input import parse as parse_yaml
 
 KEYS = ("run", "condition", "seed")
 

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from emulator import outputs  # noqa: E402
+from emulator.runs import outputs  # noqa: E402
 
 from .load import Study, load, load_run  # noqa: E402
 
@@ -42,7 +42,7 @@ def save(fig, out, formats=None) -> list:
     """Write `fig` to `out`: with a suffix (.png / .svg / .pdf) that format only, without one
     every format of `formats` (default PNG and SVG), each signed as flemu's (its metadata), so
     that a later save may replace it; a file flemu did not write is never replaced
-    (`emulator.outputs.OutputError`). Returns the paths written."""
+    (`emulator.runs.outputs.OutputError`). Returns the paths written."""
     if out is None:
         return []
     paths = targets(out, formats)

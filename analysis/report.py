@@ -23,7 +23,7 @@ from typing import Optional
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from emulator import outputs
+from emulator.runs import outputs
 
 from . import metrics as M
 from . import plots as P

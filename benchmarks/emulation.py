@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.run import CACHE, HERE, RESULTS, build_world, log, w1_scenario
+from benchmarks.common import CACHE, HERE, RESULTS, build_world, log, w1_scenario
 
 CLASSES = ({"name": "fast", "step_time": 0.05, "mbps": 20.0},
            {"name": "mid", "step_time": 0.2, "mbps": 10.0},

@@ -15,7 +15,8 @@ import numpy as np
 
 def main(argv=None):
     n, k, rounds = (int(v) for v in (argv or sys.argv[1:])[:3])
-    from benchmarks.run import _register_noop, build_world, p3_scenario
+    from benchmarks.common import _register_noop, build_world
+    from benchmarks.engine import p3_scenario
     _register_noop()
     sc = p3_scenario(n, rounds)
     sc["protocol"]["select"] = {"model": "uniform", "k": k}

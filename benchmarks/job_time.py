@@ -27,7 +27,7 @@ def _schedstat() -> tuple:
 def main(runs: int = 3):
     import emulator.compute.threads as threads
     from benchmarks.emulation import scenario
-    from benchmarks.run import build_world, log
+    from benchmarks.common import build_world, log
 
     spans = []
     real_map = threads.JobThreads.map

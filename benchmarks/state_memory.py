@@ -56,7 +56,7 @@ def scenario(algo: str, n: int, samples: int, out: str) -> dict:
 def one(algo: str, n: int, samples: int, out: str) -> dict:
     """One case, in this process (called through `--one` in a fresh one)."""
     r0 = rss_mb()
-    from emulator import scenario as sc_mod
+    from emulator.scenario import schema as sc_mod
     from emulator.sim.world import World
     r_import = rss_mb()
     t = time.perf_counter()

@@ -13,7 +13,7 @@ from .errors import DivergedError, FlemuError, InvariantError, ScenarioError  # 
 def run(source, overrides=(), seed=None, out=None, progress=None, callbacks=(), plugins=()):
     """Run a scenario (path, YAML text, dict or Scenario) -> RunResult(run_dir, metrics, summary).
     `callbacks`: emulator.api.Callback instances; `plugins`: files or modules imported first."""
-    from .runner import run as _run
+    from .runs.runner import run as _run
     return _run(source, overrides=overrides, seed=seed, out=out, progress=progress, callbacks=callbacks,
                 plugins=plugins)
 
@@ -21,7 +21,7 @@ def run(source, overrides=(), seed=None, out=None, progress=None, callbacks=(), 
 def load(source, overrides=(), seed=None, plugins=()):
     """Validate a scenario (its plugins imported first) -> Scenario (raises ScenarioError
     listing every problem)."""
-    from .scenario import load as _load
+    from .scenario.schema import load as _load
     return _load(source, overrides, seed, plugins=plugins)
 
 

@@ -44,16 +44,16 @@ from .algorithms.fedavg import FedAvg, FedAvgParams
 from .algorithms.fedprox import FedProx, FedProxParams
 from .algorithms.scaffold import Scaffold, ScaffoldParams
 from .algorithms.state import ClientStates
-from .callbacks import Callback, RunContext
+from .runs.callbacks import Callback, RunContext
 from .compute.jobs import JobFuture, LocalSpec
 from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianNoise, GradTransform, LossTerm,
                              PerSampleTransform, ProxTerm, StepContext, clip_to)
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
 from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
-from .fleet import GroupContext
+from .scenario.fleet import GroupContext
 from .registry import FleetSize, Params, register
-from .runner import RunResult
+from .runs.runner import RunResult
 from .workloads.data import FederatedData
 from .workloads.datasets import DatasetContext
 from .workloads.models import ClosedFormLoss, DirectLoss, ModelContext
@@ -65,14 +65,14 @@ def run(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, 
     """Run a scenario (a file path, YAML text, a dict or a validated scenario) and write its
     run directory; `callbacks` are Callback instances, `plugins` files or modules to import
     first (recorded in config.yaml)."""
-    from .runner import run as _run
+    from .runs.runner import run as _run
     return _run(source, overrides=overrides, seed=seed, out=out, progress=progress, callbacks=callbacks,
                 plugins=plugins)
 
 
 def load(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, plugins: Sequence[str] = ()) -> Any:
     """Validate a scenario (its plugins imported first) -> the scenario object `run` takes."""
-    from .scenario import load as _load
+    from .scenario.schema import load as _load
     return _load(source, overrides, seed, plugins=plugins)
 
 

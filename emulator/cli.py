@@ -41,10 +41,10 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     """Run a scenario and write its run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import outputs
-    from . import scenario as sc_mod
+    from .runs import outputs
+    from .scenario import schema as sc_mod
     from .errors import FlemuError, ScenarioError
-    from .runner import run as run_scenario
+    from .runs.runner import run as run_scenario
 
     try:
         sc = sc_mod.load(file, set_, seed, plugins=plugin)
@@ -88,7 +88,7 @@ def validate(file: Path = typer.Argument(..., help="scenario YAML"),
              show: bool = typer.Option(False, "--show", help="print the resolved scenario"),
              plugin: List[str] = _plugin_option()):
     """Check a scenario without running it."""
-    from . import scenario as sc_mod
+    from .scenario import schema as sc_mod
     from .errors import ScenarioError
 
     try:
@@ -107,7 +107,8 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
           plugin: List[str] = _plugin_option()):
     """List registered components (yours included) with a one-line description and their
     parameters; `flemu list KIND NAME` shows one component in full."""
-    from . import listing, plugins, registry
+    from . import listing, plugins
+    from . import registry
     from .errors import ScenarioError
 
     try:
@@ -152,7 +153,7 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation]
     (clients x rounds, coloured offline / available / aggregated / dropped)."""
     from analysis import plots
 
-    from . import outputs
+    from .runs import outputs
 
     kind = args[0] if args and args[0] in PLOTS else "accuracy"
     dirs = [Path(a) for a in (args[1:] if args and args[0] in PLOTS else args)]
@@ -198,7 +199,7 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
     for f in (capacity, behaviour):
         if f is not None and not f.exists():
             _fail(f"file not found: {f}")
-    from .outputs import OutputError, check_file_target
+    from .runs.outputs import OutputError, check_file_target
     targets = ([out_dir / "compute_trace.csv", out_dir / "links.csv"] if capacity is not None else []) + \
         ([out_dir / "availability_trace.csv"] if behaviour is not None else [])
     try:                 # a trace file is the user's data: an existing one is never replaced
@@ -219,7 +220,7 @@ def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale
 def _yaml_value(text: str):
     import yaml
 
-    from .yaml_input import parse
+    from .scenario.yaml_input import parse
     try:
         return parse(text)
     except (yaml.YAMLError, ValueError):
@@ -323,7 +324,7 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     from analysis.load import load
     from analysis.report import comparison_table
 
-    from . import outputs
+    from .runs import outputs
 
     for d in dirs:
         if not d.exists():
@@ -370,7 +371,7 @@ def report(dirs: List[Path] = typer.Argument(..., help="a sweep folder, or run d
     for d in dirs:
         if not d.exists():
             _fail(f"{d}: no such run directory or sweep folder")
-    from .outputs import OutputError
+    from .runs.outputs import OutputError
 
     try:
         path = R.write(dirs if len(dirs) > 1 else dirs[0], out=out_file, fmt=fmt, target=target, budget=budget)

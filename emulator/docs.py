@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from . import registry
-from .scenario import _TAGGED, schema
-from .validation_errors import bounds
+from .scenario.schema import _TAGGED, schema
+from .scenario.validation_errors import bounds
 
 SECTIONS = [  # (YAML path, kind or None, title)
     ("workload.dataset", "dataset", "Datasets"),

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 @contextmanager
 def registry_snapshot():
-    from emulator import plugins, registry
+    from emulator import plugins
+    from emulator import registry
     registry.load_all()
     tables = {k: dict(v) for k, v in registry._TABLES.items()}
     loaded = dict(plugins._LOADED)

@@ -5,7 +5,7 @@ N x merges). The recorder's arrays over the same 20 merges must grow with the jo
 import numpy as np
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.sim.world import World
 
 from conftest import tiny

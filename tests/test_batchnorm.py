@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.compute.jobs import LocalRule, LocalSpec, TrainJob
 from emulator.errors import ScenarioError
 from emulator.sim.world import World

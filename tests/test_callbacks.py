@@ -1,4 +1,4 @@
-"""Run callbacks (emulator/callbacks.py): called after each aggregation and each evaluation and at
+"""Run callbacks (emulator/runs/callbacks.py): called after each aggregation and each evaluation and at
 the end; one may stop the run (status `stopped`, `stopped_by` naming it) or checkpoint; the
 built-in MLflow and TensorBoard trackers record exactly what metrics.csv holds (read back with
 the real libraries)."""

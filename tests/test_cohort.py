@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.algorithms.fedavg import FedAvg
 from emulator.compute.jobs import CohortJob, LocalRule, LocalSpec, TrainJob
 from emulator.compute.lazy import resolve

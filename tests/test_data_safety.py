@@ -19,7 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from emulator import outputs
+from emulator.runs import outputs
 from emulator.cli import app
 
 from conftest import tiny
@@ -185,7 +185,7 @@ def test_next_run_removes_only_flemus_dead_leftovers(project):
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    import emulator.runner as r
+    import emulator.runs.runner as r
     def die(*a, **k):          # SIGKILL in the middle of the final write
         os.kill(os.getpid(), signal.SIGKILL)
     r.partition_frame = die

@@ -7,7 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.compute.executor import ClientRows
 from emulator.workloads import datasets as D
 from emulator.workloads.data import RowRanges

@@ -29,7 +29,7 @@ def test_same_seed_identical_other_seed_different(run_in):
 
 def test_config_yaml_round_trips(run_in):
     import emulator
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
 
     res = run_in(tiny())
     sc1 = emulator.load(res.run_dir / "config.yaml")

@@ -1,7 +1,7 @@
 """Declared capabilities (docs/engine.md, "Declared extension points"), read from real runs."""
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.algorithms.base import BackgroundTraining, VersionedModel
 from emulator.algorithms.fedavg import FedAvg
 from emulator.sim.world import World

@@ -12,7 +12,7 @@ FedUMF's 4 unselected clients also download every round; before background traff
 6 flows shared the server link and FedUMF's rounds lasted longer than FedAvg's."""
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.sim.world import World
 
 from conftest import tiny

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.errors import ScenarioError
 from emulator.sim.world import World
 
@@ -55,7 +55,7 @@ def run_both(sc, tmp_path, name):
         w = World(scenario.load(s))
         w.run()
         assert w.status == "complete" and w.protocol.engine == engine
-        from emulator import runner
+        from emulator.runs import runner
         m = w.recorder.metrics_frame()
         runner.add_delay_metrics(w, m)
         c = w.recorder.clients_frame()

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.sim.world import World
 
 from conftest import tiny

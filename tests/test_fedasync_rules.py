@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from emulator import registry, scenario
+from emulator import registry
+from emulator.scenario import schema as scenario
 from emulator.algorithms.base import AlgoContext, Arrival
 from emulator.algorithms.fedasync import FedAsync
 

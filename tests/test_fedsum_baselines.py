@@ -11,7 +11,7 @@ import emulator
 from emulator.algorithms.base import AlgoContext, Arrival
 from emulator.compute.jobs import TrainResult
 from emulator.compute.lazy import Lazy
-from emulator.scenario import member
+from emulator.scenario.schema import member
 from emulator import registry
 from reference import fedsum_reference as ref
 from reference.fedsum_harness import algo_block, quad_scenario, reference, run_world

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.algorithms.base import AlgoContext
 from emulator.algorithms.fedumf import FedUMF
 from emulator.compute.executor import Executor

@@ -1,5 +1,5 @@
 """Property-based scenarios (issue 16): valid scenarios drawn from the registry's parameter
-models must run to a documented status, keep every invariant (emulator/invariants.py in the
+models must run to a documented status, keep every invariant (emulator/runs/invariants.py in the
 run, tests/fuzz/checks.py on the files), replay exactly from their config.yaml and give the same
 records under the sequential and batched executors; a valid scenario with one field broken
 must exit 2 from `flemu run` with one message naming its path, and write nothing; so must
@@ -82,7 +82,7 @@ def test_valid_scenarios_finish_keep_every_invariant_and_replay_exactly(drawn):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         sc = materialize(drawn, tmp / "files")
-        a = run(sc, tmp / "a")                 # emulator/invariants.py runs inside: a violation raises
+        a = run(sc, tmp / "a")                 # emulator/runs/invariants.py runs inside: a violation raises
         event(f"protocol {sc['protocol']['name']}: {a.summary['status']}")
         problems = checks.check_all(a.run_dir)
         assert not problems, "\n".join(problems)
@@ -114,7 +114,7 @@ def test_sequential_and_batched_executors_give_the_same_records(drawn):
 def test_a_malformed_scenario_exits_2_with_one_message_naming_its_path(broken):
     from typer.testing import CliRunner
 
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.cli import app
     from emulator.errors import ScenarioError
 
@@ -178,7 +178,8 @@ KINDS = ("compute", "network", "availability", "selection", "executor", "algorit
 @examples(ci=15)
 @given(data=st.data())
 def test_every_component_strategy_gives_valid_parameters(kind, data):
-    from emulator import registry, scenario
+    from emulator import registry
+    from emulator.scenario import schema as scenario
     name = data.draw(st.sampled_from(sorted(registry.table(kind))))
     n = data.draw(st.integers(1, 8))
     ctx = Ctx(n=n, size=data.draw(st.integers(0, n)))
@@ -213,7 +214,7 @@ def _refused_by_flemu_run(h, words=None):
     scenario's folder and a sentinel run folder untouched, no run directory."""
     from typer.testing import CliRunner
 
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.cli import app
     from emulator.errors import ScenarioError
 
@@ -242,7 +243,7 @@ def _refused_by_flemu_run(h, words=None):
 def test_every_non_finite_or_extreme_number_in_a_time_model_is_refused_naming_its_path(drawn):
     """Every numeric field of every time model of a drawn scenario, each of its hostile values
     in turn (the Python API: one ScenarioError naming that field)."""
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.errors import ScenarioError
     cands = number_candidates(drawn.scenario)
     assume(cands)
@@ -288,7 +289,7 @@ def test_a_hostile_scenario_name_exits_2(h):
 def test_hostile_npz_arrays_are_one_error_naming_the_dataset_path(case):
     import numpy as np
 
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.errors import ScenarioError
     from emulator.workloads import datasets as D
     arrays, how, words = case

@@ -1,11 +1,12 @@
 """The post-run invariants complete enough for the issue's three historical bugs and the checks
 the scenario generator needs (issue 16): each corruption below is what one of those bugs (or a
-plausible cousin) leaves in the recorder, and emulator/invariants.py must name it."""
+plausible cousin) leaves in the recorder, and emulator/runs/invariants.py must name it."""
 
 import numpy as np
 import pytest
 
-from emulator import invariants, runner, scenario
+from emulator.runs import invariants, runner
+from emulator.scenario import schema as scenario
 from emulator.errors import InvariantError
 from emulator.sim.recorder import RoundLog
 from emulator.sim.world import World

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.errors import ScenarioError
 
 from conftest import tiny

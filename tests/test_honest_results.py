@@ -8,7 +8,7 @@ import pytest
 
 import analysis
 from analysis import metrics as AM
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.algorithms.fedavg import FedAvg
 from emulator.errors import InvariantError, ScenarioError
 

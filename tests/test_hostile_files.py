@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import tiny
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.cli import app
 from emulator.errors import ScenarioError
 from emulator.workloads import datasets as D

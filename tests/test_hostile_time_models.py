@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from conftest import tiny
 from devices import limits
-from emulator import registry, scenario
+from emulator import registry
+from emulator.scenario import schema as scenario
 from emulator.cli import app
 from emulator.errors import ScenarioError
 

@@ -3,7 +3,8 @@ claims to, lists every violation together, and a run that fails it leaves no run
 import numpy as np
 import pytest
 
-from emulator import invariants, runner, scenario
+from emulator.runs import invariants, runner
+from emulator.scenario import schema as scenario
 from emulator.errors import InvariantError
 from emulator.sim.world import World
 

@@ -10,7 +10,7 @@ import torch
 
 from devices.assignment import MfaRand, MfaRR, Sequential
 from emulator import gain as G
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.errors import ScenarioError
 from emulator.sim.world import World
 

@@ -3,7 +3,7 @@ at most k labels per client; lognormal sizes have the requested spread."""
 import numpy as np
 import pytest
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.registry import get
 
 Y = np.repeat(np.arange(10), 400)   # 4,000 samples, 400 per class

@@ -161,7 +161,8 @@ def test_a_missing_plugin_file_is_exit_2(tmp_path):
 
 
 def test_registered_after_the_schema_was_built_is_valid(tmp_path):
-    from emulator import registry, scenario
+    from emulator import registry
+    from emulator.scenario import schema as scenario
     from emulator.api import FedAvg, FedAvgParams, register
     scenario.schema()                                        # built (and cached) first
     sc = quadratic_scenario(rounds=2, algo="late_fedavg")
@@ -181,8 +182,8 @@ def test_registered_after_the_schema_was_built_is_valid(tmp_path):
 
 
 def test_unknown_name_never_lists_itself():
-    from emulator import scenario
-    from emulator.validation_errors import known_names
+    from emulator.scenario import schema as scenario
+    from emulator.scenario.validation_errors import known_names
     S = scenario.schema()
     with pytest.raises(emulator.ScenarioError) as e:
         scenario.load(quadratic_scenario(algo="fedavgx"))
@@ -197,9 +198,10 @@ def test_an_error_lists_the_names_its_schema_was_built_with():
     would refuse it); the rebuilt schema lists it."""
     from pydantic import ValidationError
 
-    from emulator import registry, scenario
+    from emulator import registry
+    from emulator.scenario import schema as scenario
     from emulator.api import FedAvg, FedAvgParams, register
-    from emulator.validation_errors import explain
+    from emulator.scenario.validation_errors import explain
     S = scenario.schema()
     raw = quadratic_scenario(algo="fedavgx")
     with pytest.raises(ValidationError) as e:
@@ -269,7 +271,7 @@ def test_ray_sweep_ships_the_plugins_with_its_tasks(tmp_path, reference, monkeyp
 def test_a_selection_model_registered_late_is_valid_inside_protocol_blocks(tmp_path):
     """protocol.select is a union inside the protocol's own parameters: a selection model
     registered after a schema was built must be accepted there too (and run)."""
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.api import Selection
     scenario.schema()
 

@@ -162,7 +162,7 @@ def test_a_block_given_as_a_built_model_is_read_by_its_name():
     """From Python a block may be a built component model (`scenario.member`) instead of a
     mapping: the union picks its member by the component's declared name; a component of
     another kind is refused at that block's path."""
-    from emulator.scenario import member
+    from emulator.scenario.schema import member
     sc = tiny()
     sc["protocol"]["select"] = member("selection", "cyclic", k=2)
     loaded = emulator.load(sc)

@@ -142,7 +142,7 @@ def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
     assert sw.scan(spec.dir, plans)[plans[0].id]["status"] == "pending"
     # flemu never leaves such a directory under a run's name (it renames a complete one into
     # place), so it is not flemu's to replace: the sweep refuses and writes nothing
-    from emulator.outputs import OutputError
+    from emulator.runs.outputs import OutputError
     (spec.dir / "sweep.json").write_text(json.dumps({"name": spec.name, "axes": []}))
     with pytest.raises(OutputError, match=plans[0].id):
         sw.run_sweep(spec, workers=1, threads=1)

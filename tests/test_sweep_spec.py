@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import quadratic_scenario
-from emulator import outputs
+from emulator.runs import outputs
 from emulator.errors import ScenarioError
 from emulator.sweep import load_spec
 

@@ -128,5 +128,5 @@ def test_every_shipped_scenario_validates(path, tmp_path):
     sc = emulator.load(path, overrides)
     assert sc.name == raw["name"] and sc.seed == raw.get("seed", sc.seed)
     # what is written to config.yaml loads back to the same scenario
-    from emulator import scenario as scn
+    from emulator.scenario import schema as scn
     assert scn.dump(scn.load(scn.to_yaml(sc))) == scn.dump(sc)

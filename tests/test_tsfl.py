@@ -11,7 +11,7 @@ import torch
 from emulator.algorithms import tsfl as T
 from emulator.algorithms.base import AlgoContext, Arrival, sample_weights
 from emulator.algorithms.fedasync import FedAsync, staleness_weight
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from conftest import tiny, quadratic_scenario
 
 

@@ -76,8 +76,8 @@ def ema_by_hand(raw, lam):
 
 def test_T20_dms_estimate_mode_reads_probes_in_a_run(tmp_path, monkeypatch):
     from emulator.algorithms import tsfl
-    from emulator.runner import run
-    from emulator.scenario import load
+    from emulator.runs.runner import run
+    from emulator.scenario.schema import load
     # the paper scenarios default to fixed constants (issue 15); A8's estimate mode set here
     sc = load("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=3", "algorithm.constants.mode=estimate",
                                                                  *SMALL])
@@ -169,7 +169,7 @@ def test_constants_without_smoothing_are_the_raw_values():
 def test_sigma2_unit_sample_scales_the_estimate_by_the_batch(tmp_path):
     """sigma2_unit: sample reads sigma^2 as a one-sample variance: B = 32 x the batch estimate
     (same probes in interval 1, before the weights differ)."""
-    from emulator.runner import run
+    from emulator.runs.runner import run
     out = {}
     for unit in ("batch", "sample"):
         res = run("scenarios/papers/tsfl_case2_dms.yaml", overrides=["run.rounds=1", "algorithm.constants.mode=estimate",

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.algorithms import tsfl as T
 from emulator.algorithms.base import AlgoContext, Arrival
 from conftest import tiny

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 import torch
 
-from emulator import scenario
+from emulator.scenario import schema as scenario
 from emulator.errors import ScenarioError
 from emulator.workloads import datasets as D
 from emulator.workloads import models as M

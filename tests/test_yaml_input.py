@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from emulator import scenario, yaml_input
+from emulator.scenario import schema as scenario, yaml_input
 from emulator.cli import app
 from emulator.errors import ScenarioError
 

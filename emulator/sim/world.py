@@ -72,7 +72,7 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
     data = ds_entry.factory(wl.dataset, ctx)
     part = wl.partition
     if part is None:
-        from ..scenario import member
+        from ..scenario.schema import member
         part = member("partition", "natural" if data.natural else "iid")
     data = partition_data(data, part, N, streams.keyed("partition", key), f"{path}.partition")
     sizes = data.client_sizes()
@@ -131,7 +131,7 @@ class World:
         N = sc.clients.count
         self.num_clients = N
         multi = sc.workloads is not None
-        from ..scenario import algorithm_for
+        from ..scenario.schema import algorithm_for
         wls = sc.workload_list
         same = [next(j for j in range(i + 1) if (wls[j].dataset, wls[j].partition) == (wl.dataset, wl.partition))
                 for i, wl in enumerate(wls)]
@@ -165,7 +165,7 @@ class World:
         """One compute / link / availability object per device group, shared by its clients
         (per-client state lives inside the models, keyed by client id)."""
         from devices.compute import Work
-        from ..fleet import GroupContext
+        from ..scenario.fleet import GroupContext
         from ..workloads.models import forward_macs
 
         sc = self.sc

@@ -12,7 +12,7 @@ from typing import Optional
 import yaml
 
 from ..errors import ScenarioError
-from ..overrides import parse_override, split_path
+from ..scenario.overrides import parse_override, split_path
 
 
 @dataclass

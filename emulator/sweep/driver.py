@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import yaml
 
 from ..errors import ScenarioError
-from ..outputs import OutputError, check_run_target, check_sweep_target
+from ..runs.outputs import OutputError, check_run_target, check_sweep_target
 from .plan import expand, resolve
 from .index import atomic_write, index_rows, write_index, write_meta
 from .lock import FolderLock, SweepError, clean_leftovers, journal

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import FlemuError
-from ..outputs import TEMP_NAME
+from ..runs.outputs import TEMP_NAME
 
 
 class SweepError(FlemuError):

@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import scenario as scn
+from ..scenario import schema as scn
 from ..errors import ScenarioError
-from ..overrides import apply_overrides
+from ..scenario.overrides import apply_overrides
 from .spec import SweepSpec
 
 

@@ -1,6 +1,7 @@
 """Imported once by the local sweep backend's fork server, so that every run process forked
 from it starts with torch, flemu and the scenario schema already loaded."""
-from .. import runner, scenario  # noqa: F401
+from ..runs import runner
+from ..scenario import schema as scenario  # noqa: F401
 from . import worker  # noqa: F401
 
 scenario.schema()

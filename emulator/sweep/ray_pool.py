@@ -91,7 +91,7 @@ class RayPool:
         return out
 
     def _write(self, rid: str, files: dict) -> None:
-        from ..outputs import check_run_target
+        from ..runs.outputs import check_run_target
         """The returned run directory, written under a temporary name and renamed (the same
         rule as the runner), with config.yaml's output.dir set to where it now lies."""
         import yaml

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .. import outputs, scenario as scn, yaml_input
+from ..runs import outputs
+from ..scenario import schema as scn, yaml_input
 from ..errors import ScenarioError
-from ..overrides import parse_override
+from ..scenario.overrides import parse_override
 from .axes import axes_of, name_axes, override_pairs
 
 SPEC_KEYS = {"name", "description", "base", "set", "variants", "grid", "seeds", "out", "backend", "workers",

@@ -9,7 +9,7 @@ from typing import Optional
 
 import yaml
 
-from .. import scenario as scn, yaml_input
+from ..scenario import schema as scn, yaml_input
 from ..errors import FlemuError
 
 DONE = ("complete", "diverged", "stalled", "stopped")   # a run directory with a summary: never re-run

@@ -27,7 +27,7 @@ def describe(exc: BaseException) -> dict:
 
 
 def run_one(scenario_file: str, out: str) -> dict:
-    from ..runner import run
+    from ..runs.runner import run
     return run(scenario_file, out=out).summary
 
 
@@ -39,7 +39,7 @@ def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None) ->
     import shutil
 
     from ..plugins import receive
-    from ..runner import run
+    from ..runs.runner import run
     receive(plugins or {})
     tmp = Path(tempfile.mkdtemp(prefix=f"flemu-{run_id[:40]}-"))
     try:

@@ -1,7 +1,7 @@
 """What must hold in a run directory, read back from its files.
 
 These checks repeat, from the written CSV / JSON / NumPy files and the resolved config.yaml only,
-what `emulator/invariants.py` checks on the recorder in memory, and add what only the files can
+what `emulator/runs/invariants.py` checks on the recorder in memory, and add what only the files can
 show (a column written wrong, a summary figure that disagrees with the CSVs it summarises).
 Each returns a list of problems (empty: all good), so that a failing example names every one.
 
@@ -84,7 +84,7 @@ def status(rd: RunDir) -> list:
 
 def files(rd: RunDir) -> list:
     bad = []
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     try:
         scenario.load(rd.path / "config.yaml")
     except Exception as e:           # noqa: BLE001
@@ -221,7 +221,8 @@ def _weights_total(rd: RunDir):
     (some depend on its parameters: FedAsync-interval's 1 - gamma, SCAFFOLD's single uplink)."""
     import torch
 
-    from emulator import registry, scenario
+    from emulator import registry
+    from emulator.scenario import schema as scenario
     from emulator.algorithms.base import AlgoContext
     algo = scenario.load(rd.path / "config.yaml").algorithm
     ctx = AlgoContext(task=0, dim=1, num_clients=rd.N, client_sizes=np.ones(rd.N, dtype=np.int64),

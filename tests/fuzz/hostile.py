@@ -75,7 +75,7 @@ def _extremes(field, kind) -> list:
 
 def number_candidates(raw) -> list:
     """(keys, hostile value) for every numeric field of a time model in the scenario `raw`."""
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     cands = []
     for n in walk(raw, scenario.schema()):
         if not n.field or not _time_model_leaf(n.keys):

@@ -51,7 +51,7 @@ class Node:
 
 
 def fmt(keys) -> str:
-    from emulator.scenario import format_path
+    from emulator.scenario.schema import format_path
     return format_path(keys)
 
 
@@ -134,7 +134,7 @@ def _delete(raw, keys):
 @st.composite
 def malformed(draw, valid) -> Broken:
     """`valid`: a strategy of valid `Drawn` scenarios."""
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     d = draw(valid)
     raw = copy.deepcopy(d.scenario)
     nodes = walk(raw, scenario.schema())

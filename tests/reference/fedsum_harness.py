@@ -51,7 +51,7 @@ def run_world(sc: dict, each=None):
     """Run a scenario without writing a run directory; returns (iterates x^0..x^T as float64
     NumPy arrays, the world). The iterates are read from the algorithm after every aggregation;
     `each(algorithm, row)`, if given, is called there too."""
-    from emulator import scenario
+    from emulator.scenario import schema as scenario
     from emulator.sim.world import World
 
     holder = {}

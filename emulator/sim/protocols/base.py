@@ -59,7 +59,7 @@ class Gate:
 
 def default_select():
     """`select` when a scenario gives none: every available client."""
-    from ...scenario import member
+    from ...scenario.schema import member
     return member("selection", "all")
 
 

@@ -7,7 +7,7 @@ directory's `checkpoints/`).
 Two ways in: a scenario's `callbacks:` list names registered callbacks with their
 parameters (`register("callback", name, Params, description)` on a class whose constructor
 takes the params), and `emulator.run(..., callbacks=[...])` takes instances. Built-in:
-`mlflow` and `tensorboard` (emulator/tracking/, the optional extra `flemu[tracking]`).
+`mlflow` and `tensorboard` (emulator/runs/tracking/, the optional extra `flemu[tracking]`).
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class Hooks:
 
 def from_scenario(sc) -> list:
     """The scenario's `callbacks:` built from the registry."""
-    from . import registry
+    from .. import registry
     out = []
     for spec in sc.callbacks or ():
         cb = registry.get("callback", spec.name).factory(spec)

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
-from .errors import ScenarioError
+from ..errors import ScenarioError
 
 MAX_DEPTH = 64            # a scenario nests about 6 deep
 MAX_NODES = 1_000_000     # values after aliases are expanded (a 10^6-client list still fits)

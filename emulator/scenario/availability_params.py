@@ -12,7 +12,7 @@ from devices import availability as av
 from devices.trace_files import read_interval_trace, read_round_trace
 
 from .quantities import FiniteParams, seconds, table, trace_file
-from .registry import register
+from ..registry import register
 
 PROB_FORMS = "a number, a list (one per client of the group), {uniform: [lo, hi]}, {beta: [a, b]} or 'labels'"
 

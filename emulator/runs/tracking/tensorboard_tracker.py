@@ -9,7 +9,7 @@ from typing import Optional
 from pydantic import Field
 
 from ..callbacks import Callback, RunContext, numeric_items
-from ..registry import Params, register
+from ...registry import Params, register
 from . import need
 
 

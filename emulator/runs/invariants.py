@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InvariantError
-from .sim.recorder import IDLE
+from ..errors import InvariantError
+from ..sim.recorder import IDLE
 
 
 def time_monotone(world, metrics, clients) -> list:
@@ -170,7 +170,7 @@ def delay(world, metrics, clients) -> list:
     bad = []
     if not (len(metrics) and "tau" in metrics and len(clients) and not world.recorder.participants_only):
         return bad
-    from .participation import delay_metrics
+    from ..participation import delay_metrics
     for task in world.tasks:
         m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
         c = clients if "model" not in clients else clients[clients["model"] == task.index]

@@ -1,7 +1,7 @@
 """Scenario files: YAML -> validated pydantic model (docs/architecture.md section 5).
 
 - `yaml.safe_load` only; `--set path=value` overrides are applied to the raw mapping first
-  (values parsed as YAML: numbers, booleans, lists, null; emulator/overrides.py).
+  (values parsed as YAML: numbers, booleans, lists, null; emulator/scenario/overrides.py).
 - The schema is built from the registries: every registered component is one member of a
   tagged union keyed by its `name` (or `model` for device models), so a new component is
   valid in scenarios as soon as it is registered.
@@ -20,18 +20,20 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
                       create_model, field_validator, model_validator)
 
-from . import fleet, outputs, registry, yaml_input
-from .errors import ScenarioError
+from . import fleet, yaml_input
+from .. import registry
+from .names import check_name
+from ..errors import ScenarioError
 from devices import limits
 
 from .quantities import FiniteParams
-from .registry import Params
+from ..registry import Params
 from .tags import TAG_DEFAULT, TAG_KEY  # noqa: F401  (TAG_KEY: re-exported)
 from .tags import TAGGED as _TAGGED
 from .tags import UnionMember
 from .tags import tag_key as _tag_key
 from .overrides import apply_overrides, expand_path, parse_override, split_path  # noqa: F401  (re-exported)
-from .scenario_checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
+from .checks import algorithm_for, cross_check  # noqa: F401  (algorithm_for: re-exported)
 from .validation_errors import explain, format_path, remember_known_names  # noqa: F401  (format_path: re-exported)
 
 
@@ -235,8 +237,8 @@ def _build_schema() -> type:
 
     class Scenario(Params):
         """A flemu scenario."""
-        name: Annotated[str, BeforeValidator(outputs.check_name)] = Field(
-            description="run name (letters, digits, _ . -)")       # and more: outputs.NAME_RULE
+        name: Annotated[str, BeforeValidator(check_name)] = Field(
+            description="run name (letters, digits, _ . -)")       # and more: names.NAME_RULE
         description: Optional[str] = Field(None, description="free text")
         seed: int = Field(0, ge=0, description="the run's one integer seed")
         workload: Optional[Workload] = Field(None, description="the workload (single-model runs)")
@@ -295,7 +297,7 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raise
     if seed is not None:
         raw["seed"] = int(seed)
-    from .plugins import load_for
+    from ..plugins import load_for
     load_for(raw, plugins, base_dir, src)
     S = schema()
     try:

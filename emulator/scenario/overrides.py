@@ -10,7 +10,7 @@ import re
 import yaml
 
 from . import yaml_input
-from .errors import ScenarioError
+from ..errors import ScenarioError
 from .tags import TAG_KEY
 from .validation_errors import format_path
 

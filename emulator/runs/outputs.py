@@ -27,11 +27,9 @@ import shutil
 import stat
 from pathlib import Path
 
-from .errors import FlemuError
+from ..errors import FlemuError
+from ..scenario.names import NAME_RE, NAME_RULE, check_name  # noqa: F401  (re-exported: run and sweep names)
 
-NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-NAME_RULE = ("a plain name of 1-128 letters, digits and _ . - that does not start with "
-             "'.' or '-' (no '/', no spaces)")
 RUN_STATUSES = ("complete", "diverged", "stalled", "stopped")
 SIGNATURE = "flemu"                       # what flemu writes into the files it makes
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flemu's temporary names
@@ -39,13 +37,6 @@ TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flem
 
 class OutputError(FlemuError):
     """A write target is not flemu's to replace (exit status 2; nothing is written)."""
-
-
-def check_name(v):
-    """A run or sweep name: `NAME_RULE`, so that it never names a path of its own."""
-    if not isinstance(v, str) or not NAME_RE.fullmatch(v):
-        raise ValueError(f"must be {NAME_RULE}")
-    return v
 
 
 # --------------------------------------------------------------------------- recognising flemu's own

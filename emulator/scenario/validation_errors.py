@@ -13,7 +13,7 @@ from typing import Any, Optional
 import annotated_types as at
 from pydantic import BaseModel, ValidationError
 
-from . import registry
+from .. import registry
 from .tags import TAGGED as _TAGGED
 from .tags import tag_key as _tag_key
 

@@ -3,7 +3,7 @@
 library only when a run uses it, and says how to install it when it is missing."""
 from __future__ import annotations
 
-from ..errors import FlemuError
+from ...errors import FlemuError
 
 
 def need(module: str, what: str):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from . import registry
+from .. import registry
 from .validation_errors import explain
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 from pydantic import Field
 
 from ..callbacks import Callback, RunContext, numeric_items
-from ..registry import Params, register
+from ...registry import Params, register
 from . import need
 
 
@@ -47,7 +47,7 @@ class MlflowCallback(Callback):
         need("mlflow", "mlflow")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
-        from ..scenario import dump
+        from ...scenario.schema import dump
         self.uri = self.p.tracking_uri or Path("mlruns").resolve().as_uri()
         if self.uri.startswith("file:"):
             # MLflow 3 keeps its file store behind this switch (maintenance mode, still

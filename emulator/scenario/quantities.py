@@ -12,7 +12,7 @@ from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo
 
 from devices import limits as L
 
-from .registry import Params
+from ..registry import Params
 
 
 class FiniteParams(Params):
@@ -42,7 +42,7 @@ def bandwidth(default=..., *, description: str):
 
 
 def resolve_file(v: str, info: ValidationInfo) -> str:
-    from .workloads.datasets import _resolve_file
+    from ..workloads.datasets import _resolve_file
     return _resolve_file(v, info)
 
 

@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import invariants, outputs, scenario
-from .sim.world import World
+from . import invariants, outputs
+from ..scenario import schema as scenario
+from ..sim.world import World
 
 
 @dataclass
@@ -70,7 +71,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
             if extra:
                 summary.update(extra) if len(world.tasks) == 1 else summary["models"][task.index].update(extra)
         if sc.plugins:
-            from .plugins import describe
+            from ..plugins import describe
             summary["plugins"] = describe(sc.plugins)
         hooks.end(summary)
         write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated, extra=hooks.files())
@@ -84,7 +85,7 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
     """FedSUM delay metrics from the participation that happened (clients with weight > 0):
     a `tau` column in metrics.csv; returns (tau_max / tau_avg per model for summary.json,
     per model the last round each client was aggregated in, 0 = never, for partition.csv)."""
-    from .participation import delay_metrics
+    from ..participation import delay_metrics
 
     out, last_aggregated = {}, {}
     if not len(metrics):
