@@ -13,6 +13,11 @@ Every model answers, for a client at virtual time `now` (and round `round_`):
 - `next_online(client, now)`: the earliest time >= now at which it is online (inf: never),
 so an offline client never spins the clock (STYLE.md: ask for a time, not a yes/no).
 
+`Availability` is an abstract base class: a model must answer all three (`online_mask`,
+`online_until`, `next_online`); `RoundAvailability` answers the last two for every per-round
+model (online for the whole round; asked again next round) and asks for `group_mask(round_)`,
+the whole group's mask of a round, instead of `online_mask`.
+
 One model object serves a whole device group: `bind(members, rngs, labels)` hands it the
 group's client ids, a source of random generators (`rngs.round(r)`: the group's stream for
 round r; `rngs.client(c)`: client c's own long-lived stream) and, when available, the
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -32,7 +38,11 @@ from .trace_files import read_interval_trace, read_round_trace  # noqa: F401  (r
 NEVER = math.inf
 
 
-class Availability:
+class Availability(ABC):
+    """When clients are online. Required (abstract): `online_mask`, `online_until`,
+    `next_online`. Declared: `kind`, "round" (decided at each round's start, held for the
+    round) or "time" (on/off periods in virtual seconds: a client may go offline mid-work)."""
+
     name = "?"
     kind = "round"
 
@@ -55,22 +65,28 @@ class Availability:
             raise KeyError(f"client {int(bad[0])} is not in this group")
         return self._order[at]
 
+    @abstractmethod
     def online_mask(self, ids, round_: int, now: float) -> np.ndarray:
-        raise NotImplementedError
+        """Required. Which of `ids` (members of the group) are online at `now`, in `round_`."""
 
     def online(self, client: int, round_: int, now: float) -> bool:
         return bool(self.online_mask(np.array([client]), round_, now)[0])
 
+    @abstractmethod
     def online_until(self, client: int, now: float) -> float:
-        return NEVER
+        """Required. When the client's current online period ends (NEVER: not before the
+        round ends, or never; `now` when it is offline)."""
 
+    @abstractmethod
     def next_online(self, client: int, now: float) -> float:
-        return now
+        """Required. The earliest time >= now at which the client is online (NEVER: never)."""
 
 
 # ============================================================================ per round
-class _PerRound(Availability):
-    """Per-round models compute the whole group's mask once per round."""
+class RoundAvailability(Availability):
+    """Per-round models: whether a client takes part is decided at each round's start and
+    holds for the round. Required (abstract): `group_mask(round_)`, the whole group's mask
+    of a round (computed once per round)."""
 
     kind = "round"
 
@@ -78,8 +94,15 @@ class _PerRound(Availability):
         super().bind(members, rngs, labels)
         self._round, self._mask = None, None
 
+    @abstractmethod
     def group_mask(self, round_: int) -> np.ndarray:
-        raise NotImplementedError
+        """Required. Whether each member (in `members` order) is online in round `round_`."""
+
+    def online_until(self, client, now):
+        return NEVER            # online for the whole round, asked again at the next one
+
+    def next_online(self, client, now):
+        return now              # per-round: no time to wait for (the round runs, perhaps empty)
 
     def online_mask(self, ids, round_, now):
         if self._round != round_:
@@ -88,7 +111,7 @@ class _PerRound(Availability):
 
 
 @dataclass
-class AlwaysOnline(_PerRound):
+class AlwaysOnline(RoundAvailability):
     """The client is always online."""
 
     name: str = "always"
@@ -126,7 +149,7 @@ def client_probs(spec, n: int, rng: np.random.Generator, labels: Optional[np.nda
 
 
 @dataclass
-class BernoulliAvailability(_PerRound):
+class BernoulliAvailability(RoundAvailability):
     """Client i is online in a round independently with probability p_i
     (FedSUM Case 2 / P2; p fixed, per client, or drawn once per client)."""
 
@@ -142,7 +165,7 @@ class BernoulliAvailability(_PerRound):
 
 
 @dataclass
-class SineAvailability(_PerRound):
+class SineAvailability(RoundAvailability):
     """FedSUM spec P3: p_i^t = clip(p_i * (amplitude * sin(2 pi t / period + phase) + 1 - amplitude), 0, 1),
     t = round - 1 (rounds count from 1), independently per client and round."""
 
@@ -166,7 +189,7 @@ class SineAvailability(_PerRound):
 
 
 @dataclass
-class MarkovAvailability(_PerRound):
+class MarkovAvailability(RoundAvailability):
     """Two-state on/off chain per client, one step per round: online -> offline with
     p_on_off, offline -> online with p_off_on; started from the stationary distribution
     P(online) = p_off_on / (p_on_off + p_off_on). The chain's states are kept, so rounds may
@@ -190,7 +213,7 @@ class MarkovAvailability(_PerRound):
 
 
 @dataclass
-class RoundTraceAvailability(_PerRound):
+class RoundTraceAvailability(RoundAvailability):
     """Replays per-round availability from a CSV with columns round, client, available
     (a previous run's clients.csv works). Client k of the group uses the trace's k-th
     client (sorted ids, wrapping); rounds past the trace's last wrap when `repeat`, else
@@ -223,7 +246,7 @@ class RoundTraceAvailability(_PerRound):
 class _Timeline(Availability):
     """Per-client alternating on/off periods, generated lazily forward in time.
     Subclasses implement `_first(c)` -> (online at 0?, first switch time) and
-    `_next_duration(c, online)`; switches[c] holds increasing switch times."""
+    `_next_duration(c, online)` (abstract); switches[c] holds increasing switch times."""
 
     kind = "time"
 
@@ -231,6 +254,14 @@ class _Timeline(Availability):
         super().bind(members, rngs, labels)
         self._on0: dict = {}
         self._sw: dict = {}
+
+    @abstractmethod
+    def _first(self, c) -> tuple:
+        """(online at time 0?, the first switch time) of client c."""
+
+    @abstractmethod
+    def _next_duration(self, c, online: bool) -> float:
+        """Seconds of client c's next period (online or not)."""
 
     def _timeline(self, c, until):
         if c not in self._sw:
