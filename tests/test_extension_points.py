@@ -116,6 +116,9 @@ def test_a_class_of_another_kind_or_a_function_where_a_class_is_needed_is_refuse
         register("algorithm", "duck", Params, "", Duck)
     with pytest.raises(RegistrationError, match="register a subclass of Protocol"):
         register("protocol", "fn", Params, "", lambda world, p: None)
+    for kind, (base, _) in {**REQUIRED, "callback": (Callback, ())}.items():
+        with pytest.raises(RegistrationError, match=f"{kind} 'stranger' .* does not extend {base.__name__}"):
+            register(kind, "stranger", Params, "", type("Stranger", (), {}))
     # device models may be functions (the built-ins are): their products are checked when built
     register("compute", "fn_compute", Params, "", lambda p, ctx=None: None)
     # callbacks: a subclass with no hook of its own is complete
