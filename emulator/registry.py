@@ -114,10 +114,11 @@ def extension_point(kind: str, base: type, functions: bool = True) -> None:
 
 
 def _where(f) -> str:
+    """The file that defines class f (the plugin being imported, or its module, without one)."""
     try:
         return inspect.getfile(f)
     except (TypeError, OSError):
-        return _origin
+        return _origin if _origin != "built-in" else f"module {f.__module__}"
 
 
 def check_component(kind: str, name: str, f: Any) -> None:
