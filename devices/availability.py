@@ -1,22 +1,13 @@
 """Client-side availability: when a client is online, asked as a time, not a yes/no.
 
-Two kinds of model:
-- per-round (`kind = "round"`): whether a client takes part is decided at each round's
-  start and holds for the round (always, bernoulli, sine, markov, round_trace);
-- continuous-time (`kind = "time"`): on/off periods in virtual seconds (markov_time,
-  diurnal, trace); a client going offline in the middle of its work is interrupted.
-
-Every model answers, for a client at virtual time `now` (and round `round_`):
-- `online_mask(ids, round_, now)`: which of `ids` are online now (vectorised);
-- `online_until(client, now)`: when the current online period ends (inf: not before the
-  round ends, or never);
-- `next_online(client, now)`: the earliest time >= now at which it is online (inf: never),
-so an offline client never spins the clock (STYLE.md: ask for a time, not a yes/no).
-
-`Availability` is an abstract base class: a model must answer all three (`online_mask`,
-`online_until`, `next_online`); `RoundAvailability` answers the last two for every per-round
-model (online for the whole round; asked again next round) and asks for `group_mask(round_)`,
-the whole group's mask of a round, instead of `online_mask`.
+Two kinds of model (declared: `kind`): per-round ("round": decided at each round's start,
+held for the round: always, bernoulli, sine, markov, round_trace) and continuous-time ("time":
+on/off periods in virtual seconds, a client going offline mid-work is interrupted: markov_time,
+diurnal, trace). Every model answers (the abstract methods of `Availability`), at virtual time
+`now`: `online_mask(ids, round_, now)`, which of `ids` are online (vectorised); `online_until`,
+when a client's online period ends; `next_online`, the earliest time >= now it is online (inf:
+never), so an offline client never spins the clock. `RoundAvailability` answers the last two
+for every per-round model and asks for `group_mask(round_)`, the group's mask of a round.
 
 One model object serves a whole device group: `bind(members, rngs, labels)` hands it the
 group's client ids, a source of random generators (`rngs.round(r)`: the group's stream for
@@ -40,8 +31,7 @@ NEVER = math.inf
 
 class Availability(ABC):
     """When clients are online. Required (abstract): `online_mask`, `online_until`,
-    `next_online`. Declared: `kind`, "round" (decided at each round's start, held for the
-    round) or "time" (on/off periods in virtual seconds: a client may go offline mid-work)."""
+    `next_online`. Declared: `kind`, "round" or "time" (see the module's doc)."""
 
     name = "?"
     kind = "round"
@@ -67,26 +57,24 @@ class Availability(ABC):
 
     @abstractmethod
     def online_mask(self, ids, round_: int, now: float) -> np.ndarray:
-        """Required. Which of `ids` (members of the group) are online at `now`, in `round_`."""
+        """Which of `ids` (members of the group) are online at `now`, in `round_`."""
 
     def online(self, client: int, round_: int, now: float) -> bool:
         return bool(self.online_mask(np.array([client]), round_, now)[0])
 
     @abstractmethod
     def online_until(self, client: int, now: float) -> float:
-        """Required. When the client's current online period ends (NEVER: not before the
-        round ends, or never; `now` when it is offline)."""
+        """When the current online period ends (NEVER: not before the round ends, or never)."""
 
     @abstractmethod
     def next_online(self, client: int, now: float) -> float:
-        """Required. The earliest time >= now at which the client is online (NEVER: never)."""
+        """The earliest time >= now at which the client is online (NEVER: never)."""
 
 
 # ============================================================================ per round
 class RoundAvailability(Availability):
-    """Per-round models: whether a client takes part is decided at each round's start and
-    holds for the round. Required (abstract): `group_mask(round_)`, the whole group's mask
-    of a round (computed once per round)."""
+    """Per-round models: decided at each round's start, held for the round. Required
+    (abstract): `group_mask(round_)`, the whole group's mask of a round (asked once a round)."""
 
     kind = "round"
 
@@ -96,13 +84,13 @@ class RoundAvailability(Availability):
 
     @abstractmethod
     def group_mask(self, round_: int) -> np.ndarray:
-        """Required. Whether each member (in `members` order) is online in round `round_`."""
+        """Whether each member (in `members` order) is online in round `round_`."""
 
     def online_until(self, client, now):
         return NEVER            # online for the whole round, asked again at the next one
 
     def next_online(self, client, now):
-        return now              # per-round: no time to wait for (the round runs, perhaps empty)
+        return now              # no time to wait for: the round runs, perhaps empty
 
     def online_mask(self, ids, round_, now):
         if self._round != round_:
@@ -246,7 +234,7 @@ class RoundTraceAvailability(RoundAvailability):
 class _Timeline(Availability):
     """Per-client alternating on/off periods, generated lazily forward in time.
     Subclasses implement `_first(c)` -> (online at 0?, first switch time) and
-    `_next_duration(c, online)` (abstract); switches[c] holds increasing switch times."""
+    `_next_duration(c, online)`; switches[c] holds increasing switch times."""
 
     kind = "time"
 
@@ -254,14 +242,6 @@ class _Timeline(Availability):
         super().bind(members, rngs, labels)
         self._on0: dict = {}
         self._sw: dict = {}
-
-    @abstractmethod
-    def _first(self, c) -> tuple:
-        """(online at time 0?, the first switch time) of client c."""
-
-    @abstractmethod
-    def _next_duration(self, c, online: bool) -> float:
-        """Seconds of client c's next period (online or not)."""
 
     def _timeline(self, c, until):
         if c not in self._sw:
