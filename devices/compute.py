@@ -13,8 +13,9 @@ explicitly, does.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -30,15 +31,20 @@ class Work:
     batch: int = 1
 
 
-class ComputeModel:
-    """`clock(client, round_, rng, now, work, draw)` gives a client's StepClock for one round.
-    Random models draw from `rng` (a stream of that client and round), or take `draw`: this
-    client's share of `round_draws`, the bulk draw for every client of its device group that
-    works in the round (one stream per group and round: the same numbers whichever engine,
-    process or vector, runs the round)."""
+class ComputeModel(ABC):
+    """`clock(client, round_, rng, now, work, draw)` gives a client's StepClock for one round
+    (required: abstract). Random models draw from `rng` (a stream of that client and round),
+    or take `draw`: this client's share of `round_draws`, the bulk draw for every client of
+    its device group that works in the round (one stream per group and round: the same numbers
+    whichever engine, process or vector, runs the round). `round_draws`, `step_times` and
+    `duration` have defaults; `random`, `redraw` and `counts_iterations` are declared."""
 
     name = "?"
     random = False          # draws random numbers (then it is given a stream)
+    #: declared capability: one step of this model's clock is one whole local iteration, whose
+    #: count per period the model gives itself (T-SFL's `iterations`): `intervals` takes the
+    #: clock's `fit` as tau directly instead of dividing SGD steps into epochs
+    counts_iterations: ClassVar[bool] = False
     #: declared: when a random model draws its step times: 'round' (one per working client
     #: and round), 'step' (every step), 'client' (once per client for the run); None: it
     #: draws none of its own (deterministic models, or models that manage their draws)
@@ -50,9 +56,10 @@ class ComputeModel:
         model draws nothing per round."""
         return None
 
+    @abstractmethod
     def clock(self, client: int, round_: int, rng: np.random.Generator, now: float = 0.0,
               work: Optional[Work] = None, draw=None) -> StepClock:
-        raise NotImplementedError
+        """Required. The client's StepClock for this round (`now`: when its steps start)."""
 
     def step_times(self, draws: list) -> Optional[np.ndarray]:
         """Where every client's clock this round is a FixedClock whose step time needs
@@ -106,8 +113,9 @@ class RandomStepTime(ComputeModel):
     _fixed: dict = field(default_factory=dict, repr=False)
     random = True
 
+    @abstractmethod
     def draw(self, rng: np.random.Generator, size=None):
-        raise NotImplementedError
+        """Required. One step time (size None) or an array of `size` step times from `rng`."""
 
     def round_draws(self, steps, rng):
         if self.redraw == "round":               # one step time per working client
@@ -206,6 +214,7 @@ class IterationsCompute(ComputeModel):
     std: float = 0.0
     name: str = "iterations"
     _last: dict = field(default_factory=dict, repr=False)
+    counts_iterations = True
 
     def iterations(self, client, round_, rng) -> int:
         """tau of this client in this round (one draw per client per round, cached)."""

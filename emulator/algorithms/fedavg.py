@@ -30,12 +30,13 @@ class FedAvgParams(Params):
     server_lr: float = Field(1.0, gt=0, description="server learning rate eta_g (1 = plain averaging)")
 
 
-class FedAvg(Algorithm):
+class FedAvg(Algorithm, cohort_path=True):
+    """Alg. 1 ClientUpdate is the same for every client: one spec per round, declared with
+    `cohort_path=True`; a subclass is client by client unless it declares it again
+    (`Algorithm.cohort_path`: it is not inherited)."""
+
     name = "fedavg"
     supports = frozenset({"rounds", "intervals", "multi_model"})
-    #: Alg. 1 ClientUpdate is the same for every client: one spec per round (a subclass that
-    #: changes the client side or the aggregation goes client by client: `Algorithm.cohort_path`)
-    cohort_path = True
 
     def lr(self, t: int) -> float:
         """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with

@@ -28,6 +28,8 @@ one transfer; data stay on the device.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -72,11 +74,14 @@ class BatchedExecutor(SequentialExecutor):
 
     name = "batched"
     params_type = BatchedParams
+    #: declared: stacks every group of jobs, so it refuses models with BatchNorm buffers
+    #: (they do not stack under vmap); `auto` runs their jobs on the loop instead
+    stacks_all: ClassVar[bool] = True
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)
         self.chunk = self.params.chunk
-        if self.name == "batched":
+        if self.stacks_all:
             stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
             if stateful:
                 from ..errors import ScenarioError
@@ -280,6 +285,7 @@ class AutoExecutor(BatchedExecutor):
 
     name = "auto"
     params_type = AutoParams
+    stacks_all = False           # BatchNorm models' jobs go to the loop (`refusal`)
 
     def __init__(self, tasks, streams, device, params=None):
         super().__init__(tasks, streams, device, params)

@@ -16,7 +16,7 @@ parameters while it runs.
 from __future__ import annotations
 
 import re
-
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, Optional
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator
 
-from ..registry import Params, register
+from ..registry import Params, extension_point, register
 from .batches import batch_plan
 from .flat import FlatModel
 from .gradient import PiecesGradient, noise_stream
@@ -105,7 +105,11 @@ class ExecutorStats:
     probe_evals: int = 0         # extra gradients of probes (docs/algorithms/tsfl.md 3.4), not local steps
 
 
-class Executor:
+class Executor(ABC):
+    """Where real compute happens. Required: `run` (abstract: compute a level of jobs whose
+    inputs are resolved); `submit`, `submit_cohort`, `run_all` and the helpers are shared.
+    Declares `params_type`, the options it reads."""
+
     name = "?"
     #: the options this executor reads (the Params it is registered with, or a base of it);
     #: an executor given none runs on this class's defaults
@@ -158,9 +162,10 @@ class Executor:
         self.stats.jobs_submitted += jobs
         self.stats.steps_submitted += steps
 
+    @abstractmethod
     def run(self, futures: list) -> None:
-        """Compute these jobs (every lazy input of theirs is already resolved)."""
-        raise NotImplementedError
+        """Required. Compute these jobs (every lazy input of theirs is already resolved): set
+        each future's value (`fut._set(TrainResult)`)."""
 
     def run_all(self, futures: list) -> None:
         """Compute a level of needed futures: cohorts are run as their clients' jobs, together
@@ -372,6 +377,7 @@ class SequentialExecutor(Executor):
         return net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
 
 
+extension_point("executor", Executor)
 register("executor", "sequential", SequentialParams,
          "reference executor: a plain loop over jobs and local steps", SequentialExecutor)
 

@@ -19,7 +19,10 @@ from devices.trace_files import read_links, read_step_trace
 
 from . import availability_params  # noqa: F401  (registers the availability models)
 from .quantities import FiniteParams, MaybeSeconds, bandwidth, seconds, table, trace_file
-from ..registry import Params, register
+from ..registry import Params, extension_point, register
+
+extension_point("compute", cm.ComputeModel)          # a registered class extends it (devices/compute.py)
+extension_point("network", nw.LinkModel)             # ... and this one (devices/network.py)
 
 Redraw = Literal["step", "round", "client"]
 REDRAW_DOC = "draw per step, once per client per round, or once per client for the whole run"

@@ -7,6 +7,7 @@ broadcast, and how a round goes (cohort or client by client; planned seconds; bu
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Optional
 
 import numpy as np
@@ -75,9 +76,10 @@ class LocalWorkParams(Params):
         return self
 
 
-class Protocol(Pieces, Aggregating):
+class Protocol(Pieces, Aggregating, ABC):
     """A protocol: owns virtual time (its `process` is the run's SimPy process) and composes
-    the pieces of clients' work into rounds. Declares `multi_model` and `records_per_job`."""
+    the pieces of clients' work into rounds. Required: `process` (abstract); optional:
+    `summary`, `models_due`. Declares `multi_model` and `records_per_job`."""
 
     name = "?"
     #: trains several models at once (`workloads:`); single-model protocols refuse them
@@ -109,8 +111,9 @@ class Protocol(Pieces, Aggregating):
         out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
+    @abstractmethod
     def process(self):
-        raise NotImplementedError
+        """Required. The run's SimPy process (a generator): every round, until the run stops."""
 
     def summary(self) -> dict:
         """Protocol-specific figures for summary.json (default none)."""
@@ -257,4 +260,7 @@ class Protocol(Pieces, Aggregating):
     def round_draws(self, t: int, clients, steps=None) -> RoundDraws:
         """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
         return RoundDraws(self.world, t, clients, steps)
+
+
+registry.extension_point("protocol", Protocol, functions=False)
 

@@ -12,8 +12,8 @@ d, u: the client's nominal download and upload times (its own link's latency and
 bandwidth; over shared links or with jitter the real transfer may be slower, and an upload
 that then misses the interval's end is dropped as `late`); c_j: the j-th iteration's time.
 An iteration is one mini-batch step (`iteration: batch`) or one shuffled pass over the
-client's data (`iteration: epoch`, docs/algorithms/tsfl.md 2.2 A1); with the `iterations` compute model the
-model gives tau directly. Iterations that would not finish are not started; no work carries
+client's data (`iteration: epoch`, docs/algorithms/tsfl.md 2.2 A1); a compute model that declares
+`counts_iterations` (the `iterations` model) gives tau directly. Iterations that would not finish are not started; no work carries
 over. With `min_iterations: m` only clients with tau > m upload (docs/algorithms/tsfl.md 5.2).
 
 Time-varying data (T-SFL Case 3, docs/algorithms/tsfl.md 6.3): with `data_sizes`, client i trains in
@@ -88,7 +88,7 @@ class Intervals(Protocol):
         clock = client.clock(t, start, task.index, draw)
         n = int(task.client_sizes[client.id]) if n_samples is None else n_samples
         spi = steps_per_epoch(n, task.batch_size) if self.p.iteration == "epoch" else 1
-        if client.compute.name == "iterations":        # the model counts iterations itself
+        if client.compute.counts_iterations:           # declared: the model counts iterations itself
             tau = clock.fit(budget)
             cap = self.p.max_iterations
             tau = tau if cap is None else min(tau, cap)
