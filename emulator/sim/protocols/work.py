@@ -112,12 +112,12 @@ class Pieces:
     def open_sheet(self, log, task, drop: bool = True) -> Sheet:
         """An outcome sheet for work on model `task` recorded into `log` (open until closed;
         the end of the run records what is still open: `record_open`)."""
-        return Sheet(log, self.messages(task), self.open_sheets, drop)
+        return Sheet(log, self.messages(task), self.open_sheets, self.world.recorder, drop)
 
     def record_open(self) -> None:
         """The run ended: record every sheet still open as it stands (a round that never
         closed, work the run's end cut short)."""
-        for sheet in list(self.open_sheets):
+        for sheet in self.open_sheets:
             sheet.close(self.env.now)
 
     def begin(self, client, task, round_: int, sheet: Sheet, draws=None) -> Work:
