@@ -48,20 +48,21 @@ def test_multicast_bytes_go_to_the_first_arrival():
 
 # -- record_outcomes, column by column --------------------------------------------------------
 MESSAGES = ((100, 400), (50, 200))          # (parameters, bytes) down, up
-IDS = [10, 11, 12, 13, 14, 15, 16]
+IDS = [10, 11, 12, 13, 14, 15, 16, 17]
 #                 A arrived, B late uploading, C late computing, D late downloading,
-#                 E offline computing (at 2.5), F still running, G 0 s compute, late uploading
+#                 E offline computing (at 2.5), F still running, G 0 s compute, late uploading,
+#                 H arrived at the instant of the stop (it arrived: not dropped)
 OUTCOMES = dict(
     ids=np.array(IDS), t0=0.0,
-    steps=np.array([4, 6, 10, 5, 6, 5, 3]),
-    dur=np.array([2.0, 3.0, 6.0, 1.0, 3.0, 2.0, 0.0]),
-    floor=np.array([0.4, 0.5, 0.6, 0.2, 0.5, 0.4, 0.0]),
-    down=np.array([1.0, 1.0, 2.0, INF, 1.0, 1.0, 1.0]),
-    compute=np.array([3.0, 4.0, INF, INF, INF, INF, 1.0]),
-    up=np.array([4.0, INF, INF, INF, INF, INF, INF]),
-    at=np.array([5.0, 5.0, 5.0, 5.0, 2.5, 5.0, 5.0]),
-    stopped=np.array([False, True, True, True, True, False, True]),
-    reason=["", "late", "late", "late", "offline", "", "late"])
+    steps=np.array([4, 6, 10, 5, 6, 5, 3, 2]),
+    dur=np.array([2.0, 3.0, 6.0, 1.0, 3.0, 2.0, 0.0, 1.0]),
+    floor=np.array([0.4, 0.5, 0.6, 0.2, 0.5, 0.4, 0.0, 0.5]),
+    down=np.array([1.0, 1.0, 2.0, INF, 1.0, 1.0, 1.0, 1.0]),
+    compute=np.array([3.0, 4.0, INF, INF, INF, INF, 1.0, 2.0]),
+    up=np.array([4.0, INF, INF, INF, INF, INF, INF, 5.0]),
+    at=np.array([5.0, 5.0, 5.0, 5.0, 2.5, 5.0, 5.0, 5.0]),
+    stopped=np.array([False, True, True, True, True, False, True, True]),
+    reason=["", "late", "late", "late", "offline", "", "late", "late"])
 WANT = {   # client: (comm_time, compute_time, steps, min_compute, bytes_down, bytes_up, drop_reason)
     10: (2.0, 2.0, 4, 1.6, 400, 200, ""),              # 1 s down + 1 s up; all 4 steps
     11: (2.0, 3.0, 6, 3.0, 400, 0, "late"),            # 1 s down + 1 s of an upload that never lands
@@ -69,7 +70,8 @@ WANT = {   # client: (comm_time, compute_time, steps, min_compute, bytes_down, b
     13: (5.0, 0.0, 0, 0.0, 0, 0, "late"),              # downloading until the close
     14: (1.0, 1.5, 3, 1.5, 400, 0, "offline"),         # 1.5 s of 3: 3 of 6 steps
     15: (1.0, 0.0, 0, 0.0, 400, 0, ""),                # still computing, not stopped: its download only
-    16: (5.0, 0.0, 3, 0.0, 400, 0, "late")}            # 0 s: every step done; 4 s of its upload
+    16: (5.0, 0.0, 3, 0.0, 400, 0, "late"),            # 0 s: every step done; 4 s of its upload
+    17: (4.0, 1.0, 2, 1.0, 400, 200, "")}              # 1 s down + 3 s up, ending at the stop
 
 
 def columns(log, cid):
@@ -81,23 +83,23 @@ def columns(log, cid):
 def test_record_outcomes_writes_every_column():
     log = RoundLog(1, 20, ids=IDS)
     arrived = record_outcomes(log, Outcomes(**OUTCOMES), MESSAGES)
-    assert arrived.tolist() == [True] + [False] * 6
+    assert arrived.tolist() == [True] + [False] * 6 + [True]
     for cid, want in WANT.items():
         got = columns(log, cid)
         assert got[:4] == pytest.approx(want[:4], abs=1e-12) and got[4:] == want[4:], cid
         assert bool(log.dropped[log.at(cid)]) == bool(want[6]), cid
-    # a message per transfer that ended: 6 downloads, 1 upload (the late uploads count nothing)
-    assert sorted(log.messages) == sorted([(100, 400, "down")] * 6 + [(50, 200, "up")])
+    # a message per transfer that ended: 7 downloads, 2 uploads (the late uploads count nothing)
+    assert sorted(log.messages) == sorted([(100, 400, "down")] * 7 + [(50, 200, "up")] * 2)
     with pytest.raises(InvariantError, match="recorded twice"):     # a row is written once
         record_outcomes(log, Outcomes(**OUTCOMES), MESSAGES)
 
 
 def test_record_outcomes_multicast_carrier_and_work_that_is_no_participation():
     log = RoundLog(1, 20, ids=IDS)
-    carries = np.array([False, False, True, False, False, False, False])
+    carries = np.array([False, False, True, False, False, False, False, False])
     record_outcomes(log, Outcomes(**OUTCOMES, carries=carries), MESSAGES, drop=False)
-    assert log.bytes_down.tolist() == [0, 0, 400, 0, 0, 0, 0] and log.bytes_up.tolist() == [200] + [0] * 6
-    assert sorted(log.messages) == [(50, 200, "up"), (100, 400, "down")]
+    assert log.bytes_down.tolist() == [0, 0, 400, 0, 0, 0, 0, 0] and log.bytes_up.tolist() == [200] + [0] * 6 + [200]
+    assert sorted(log.messages) == [(50, 200, "up"), (50, 200, "up"), (100, 400, "down")]
     assert not log.dropped.any() and not log.drop_reason          # drop=False: stopped, not dropped
     assert log.steps.tolist() == [WANT[c][2] for c in IDS]         # the rest as under drop=True
 
