@@ -1,4 +1,4 @@
-"""A protocol's aggregation step (docs/engine.md, "Aggregation"): resolve the uploads the
+"""A protocol's aggregation step (docs/engine.md, "After an aggregation"): resolve the uploads the
 algorithm reads (lazily: the others are never computed), call the algorithm, record its
 weights and columns; then `finish_aggregation` builds the metrics row and runs what follows
 an aggregation as callbacks `(world, Aggregated)`: the protocol's `before_record` list

@@ -12,9 +12,10 @@
 - `Outcomes` and `record_outcomes`: a round's participants (or one job, or one client's
   background work), what became of each (when its download, computation and upload ended;
   when and why it stopped), and the one function that turns them into the round log's
-  comm_time, compute_time, steps, bytes, messages and drops, for both engines: the vector
-  engine computes the outcomes in NumPy (vector.py), the process engine fills them as its
-  pieces end (sheet.py).
+  comm_time, compute_time, steps, bytes, messages and drops, for both engines, once per
+  row (when its facts are final): the vector engine computes the outcomes in NumPy
+  (vector.py), the process engine fills them as its pieces end (sheet.py).
+- `record_unrun`: work decided and never run (intervals' `min_iterations`), written once.
 """
 from __future__ import annotations
 
