@@ -1,4 +1,4 @@
-"""A protocol's aggregation step (docs/engine.md, "Aggregation"): resolve the uploads the
+"""A protocol's aggregation step (docs/engine.md, "After an aggregation"): resolve the uploads the
 algorithm reads (lazily: the others are never computed), call the algorithm, record its
 weights and columns; then `finish_aggregation` builds the metrics row and runs what follows
 an aggregation as callbacks `(world, Aggregated)`: the protocol's `before_record` list
@@ -121,12 +121,23 @@ class Aggregating:
         for callback in self.before_record:
             callback(w, done)
         w.recorder.metric(row)
-        log.round_time, log.row = row.get("round_time"), row
+        log.round_time = row.get("round_time")
         if done.diverged is not None:
             raise done.diverged
         for callback in self.after_record:
             callback(w, done)
         return row
+
+    def row_bytes(self, task, log) -> dict:
+        """The bytes an aggregation's metrics row counts, each byte in one row, final when
+        the row is written (docs/engine.md, "Bytes"): its log's recorded rows, the transfers
+        that ended of its work still running (FedUMF's background work: `OpenSheets.report`),
+        and the model's bytes that ended after their own round's row was written."""
+        u, d = self.open_sheets.report(log)
+        up, down = int(log.bytes_up.sum()) + u, int(log.bytes_down.sum()) + d
+        late = self.world.recorder.take_late(task.index)
+        log.late_in += late
+        return {"bytes_up": up + late[0], "bytes_down": down + late[1]}
 
     def metrics_row(self, task, t: int, arrivals, log, extra: Optional[dict]) -> tuple:
         """The aggregation's metrics row (before evaluation) and its train loss (None: no
@@ -141,7 +152,7 @@ class Aggregating:
         row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": self.world.wall(),
                "participants": len(arrivals), "selected": int(log.selected.sum()),
                "dropped": int(log.dropped.sum()),
-               **log.bytes_sent(), "train_loss": train_loss}
+               **self.row_bytes(task, log), "train_loss": train_loss}
         if extra:
             row.update(extra)
         return row, (train_loss if len(losses) else None)

@@ -22,6 +22,7 @@ from ..draws import RoundDraws
 from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
 from .aggregation import AFTER_RECORD, BEFORE_RECORD, Aggregating
 from .round_times import round_times
+from .sheet import OpenSheets
 from .work import Call, Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
 
 
@@ -95,7 +96,7 @@ class Protocol(Pieces, Aggregating, ABC):
         self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
-        self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
+        self.open_sheets = OpenSheets()  # outcome sheets not yet closed (work.py: `open_sheet`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)

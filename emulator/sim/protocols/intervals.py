@@ -35,6 +35,7 @@ from pydantic import Field, model_validator
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
 from .base import Call, Gate, Protocol, closing_time, default_select
+from .outcome import record_unrun
 
 EPS = 1e-9   # docs/algorithms/tsfl.md 2.3 relative float guard
 
@@ -155,8 +156,7 @@ class Intervals(Protocol):
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (docs/algorithms/tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts
-                log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
-                log.drop(cid, "min_iterations")
+                record_unrun(log, cid, tau, dur, tau * floor, "min_iterations")
                 continue
             plan = (tau, spi, dur, floor, rows)
             procs.append(env.process(self.train_for(Call(task, t, bc, sheet, draws, gate.arrive), c, plan)))

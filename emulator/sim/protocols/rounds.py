@@ -181,8 +181,6 @@ class Rounds(Protocol):
             yield gate.done
         items = yield from self.close_round(gate, parts)
         sheet.close(env.now)
-        if background:                   # its download's bytes count in this round, its steps when done
-            self.background.record_round(env.now)
         if spec is not None:             # the arrivals' cohort (late clients' jobs were counted as they started)
             came, _, came_steps = zip(*items) if items else ((), (), ())
             items = submit_cohort(w.executor, task, t, spec, came, came_steps, counted=True)
