@@ -75,6 +75,7 @@ class Arrival:
     steps: int
     train_loss: float
     meta: dict = field(default_factory=dict)
+    selection_weight: Optional[float] = None   # the selection's weight for this client (docs/selection.md)
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Rows:
     steps: np.ndarray
     params: list                  # row i: the trained parameters of clients[i] (a tensor each)
     train_loss: np.ndarray
+    selection_weight: Optional[np.ndarray] = None   # the selection's weights, one per row (docs/selection.md)
 
     def __len__(self):
         return len(self.clients)
@@ -106,6 +108,9 @@ class Aggregation:
 #: the methods that make an algorithm's client side and aggregation; a subclass that defines
 #: one of them leaves the cohort path unless it declares `cohort_path = True` itself
 COHORT_METHODS = ("local_spec", "upload", "reads", "aggregate", "aggregate_rows", "cohort_spec")
+#: the methods that weigh arrivals; a subclass that defines one of them no longer honours the
+#: selection's weights unless it declares `selection_weights = True` itself
+WEIGHING_METHODS = ("aggregate", "aggregate_rows")
 
 
 class Algorithm:
@@ -123,12 +128,18 @@ class Algorithm:
     #: defines any of COHORT_METHODS is client by client again unless its own body says
     #: `cohort_path = True` (so a FedAvg subclass overriding `aggregate` is honoured).
     cohort_path: ClassVar[bool] = False
+    #: declared capability: the aggregation weighs arrivals by the selection's weights when a
+    #: selector gives them (`Arrival.selection_weight`, `Rows.selection_weight`; power-of-choice's
+    #: 1/m). Declared per class, like `cohort_path` (WEIGHING_METHODS).
+    selection_weights: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         own = vars(cls)
         if "cohort_path" not in own and any(m in own for m in COHORT_METHODS):
             cls.cohort_path = False
+        if "selection_weights" not in own and any(m in own for m in WEIGHING_METHODS):
+            cls.selection_weights = False
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
@@ -236,8 +247,24 @@ class VersionedModel:
 
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:
-    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals."""
+    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals; when the
+    selection gave weights, those renormalised over the arrivals (docs/selection.md)."""
+    if arrivals and arrivals[0].selection_weight is not None:
+        return selection_shares(np.array([a.selection_weight for a in arrivals], dtype=np.float64))
     return size_weights(np.array([a.n_samples for a in arrivals], dtype=np.float64), weighting)
+
+
+def row_weights(rows: "Rows", weighting: str) -> np.ndarray:
+    """`sample_weights` of a cohort's rows."""
+    if rows.selection_weight is not None:
+        return selection_shares(rows.selection_weight)
+    return size_weights(rows.n_samples, weighting)
+
+
+def selection_shares(w: np.ndarray) -> np.ndarray:
+    """The selection's weights of the arrivals, renormalised to sum to 1."""
+    w = np.asarray(w, dtype=np.float64)
+    return w / w.sum() if len(w) else w
 
 
 def size_weights(n_samples: np.ndarray, weighting: str) -> np.ndarray:

@@ -46,7 +46,7 @@ class RoundLog:
     `log.at(client)` (the client id itself in a dense log)."""
 
     def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False,
-                 kind: str = ROUND):
+                 kind: str = ROUND, phases: bool = False):
         self.round, self.task, self.aggregation, self.kind = round_, task, aggregation, kind
         self.num_clients = num_clients
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
@@ -67,6 +67,9 @@ class RoundLog:
         self.round_time = None   # the aggregation's duration (set when it is recorded)
         self.row = None          # the aggregation's metrics row, once written (`follow_bytes`)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
+        # seconds of each row's download, whole planned computation and upload (NaN: not
+        # reached), kept when a selector observes them (protocols/selecting.py); not in clients.csv
+        self.phases = np.full((3, self.n), np.nan) if phases else None
         self.sent = np.zeros((2, self.n), dtype=bool)   # a row's download / upload is in `messages`
 
     def sent_once(self, rows: np.ndarray, done: np.ndarray, direction: str) -> int:
@@ -156,10 +159,11 @@ class Recorder:
         self.metrics: list[dict] = []
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
+        self.phases = False             # ROUND logs keep each row's phase seconds (RoundLog.phases)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
-        log = RoundLog(round_, self.num_clients, task, ids, aggregation)
+        log = RoundLog(round_, self.num_clients, task, ids, aggregation, phases=self.phases)
         self.rounds.append(log)
         return log
 

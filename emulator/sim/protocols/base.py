@@ -12,7 +12,6 @@ from typing import Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from ... import registry
 from ...algorithms.base import BackgroundTraining
 from ...errors import InvariantError
 from ...registry import Params
@@ -92,16 +91,12 @@ class Protocol(Pieces, Aggregating):
         self.multicast = False          # a protocol with `broadcast: multicast` sets it
         self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
-        self.selector = None            # a protocol with `select` sets it (`make_selector`)
+        self.selector = None            # a protocol with `select` sets it (selecting.py: `Selecting`)
+        self.selection_weights = None   # {client: weight} of the round's selection, when it gives them
         self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
-
-    @staticmethod
-    def make_selector(spec):
-        """The server-side selection a protocol's `select` block names."""
-        return registry.get("selection", spec.model).factory(spec)
 
     def available(self, t: int) -> np.ndarray:
         """Ids of the clients online now (per-round models asked for round t), per device group."""
