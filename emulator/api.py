@@ -20,8 +20,13 @@
   factories get and return) a model whose output is per-sample losses declares it by subclassing
   `DirectLoss` (`ClosedFormLoss` if it also gives its gradient in closed form); partition factories get (params, labels, num_clients, rng, path);
 - device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `LinkModel`
-  (the base of links; `Link` the latency + bandwidth one),
-  `Selection`, and `GroupContext` (what their factories get);
+  (the base of links; `Link` the latency + bandwidth one), and `GroupContext` (what their
+  factories get);
+- selection (docs/selection.md): `Selector` (the declared base: `select(ctx)`,
+  `observe(outcomes)`), `SelectionContext`, `Chosen` (ids with aggregation weights),
+  `RoundOutcomes`, `Status`, `Profile`, `History`, `ClientColumns` (per-client state grown on
+  first write), `Uniforms` and `wswor` (weighted sampling without replacement), and
+  `SelectionParams` / `KOrFraction` (a selection block's parameters and its declared needs);
 - callbacks: `Callback`, `RunContext`;
 - running: `run`, `load`, `RunResult`, and the errors.
 """
@@ -35,7 +40,8 @@ import numpy as np
 from devices.availability import NEVER, Availability
 from devices.compute import ComputeModel, FixedClock, StepClock, Work
 from devices.network import InstantLink, Link, LinkModel
-from devices.selection import Selection
+from devices.selectors import (ClientColumns, Chosen, History, Profile, RoundOutcomes, SelectionContext, Selector,
+                               Status, Uniforms, wswor)
 
 from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, BackgroundTraining, Broadcast,
                               Rows, Upload, VersionedModel, sample_weights, size_weights, weighted_sum)
@@ -50,8 +56,9 @@ from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianN
                              PerSampleTransform, ProxTerm, StepContext, clip_to)
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
-from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
+from .errors import ContractError, DivergedError, FlemuError, InvariantError, ScenarioError
 from .scenario.fleet import GroupContext
+from .scenario.selection_params import KOrFraction, SelectionParams
 from .registry import FleetSize, Params, register
 from .runs.runner import RunResult
 from .workloads.data import FederatedData
@@ -163,7 +170,9 @@ __all__ = [
     "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
     "FederatedData", "DatasetContext", "ModelContext", "ClosedFormLoss", "DirectLoss",
     "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "NEVER", "Link",
-    "LinkModel", "InstantLink", "Selection", "GroupContext",
+    "LinkModel", "InstantLink", "GroupContext",
+    "Selector", "SelectionContext", "Chosen", "RoundOutcomes", "Status", "Profile", "History", "ClientColumns",
+    "Uniforms", "wswor", "SelectionParams", "KOrFraction",
     "Callback", "RunContext", "run", "load", "RunResult",
-    "ScenarioError", "FlemuError", "DivergedError", "InvariantError",
+    "ScenarioError", "FlemuError", "DivergedError", "InvariantError", "ContractError",
 ]
