@@ -1,5 +1,5 @@
 """Weighted sampling without replacement by successive draws (docs/algorithms/selection.md
-section 0.2), and where its uniforms come from.
+section 0), and where its uniforms come from.
 
 WSWOR(items, w, m): m times, normalise the weights of the items not yet taken, draw
 u ~ U[0, 1) and take the first item whose cumulative normalised weight is strictly greater
