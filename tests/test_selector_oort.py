@@ -261,3 +261,10 @@ def test_invariants_over_random_states():
     hi = rules.scores(np.array([4.0]), np.array([50.0]), np.array([2]), 5, 10, 1, 9, 30, 2)
     slower = rules.scores(np.array([4.0]), np.array([60.0]), np.array([2]), 5, 10, 1, 9, 30, 2)
     assert hi > lo and slower < hi
+
+
+def test_descending_order_is_the_stable_one():
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        v = np.round(rng.random(500), int(rng.integers(1, 4)))       # many ties
+        assert rules.descending(v).tolist() == np.argsort(-v, kind="stable").tolist()

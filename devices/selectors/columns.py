@@ -36,6 +36,8 @@ class ClientColumns:
         ids = np.asarray(ids, dtype=np.int64)
         if not self.n or not len(ids):
             return np.full(len(ids), -1, dtype=np.int64)
+        if len(ids) == self.n and ids[0] == self._sorted[0] and np.array_equal(ids, self._sorted):
+            return self._sorted_slots.copy()           # every client written, asked in id order
         pos = np.searchsorted(self._sorted, ids)
         pos_c = np.minimum(pos, self.n - 1)
         found = self._sorted[pos_c] == ids
@@ -75,11 +77,17 @@ class ClientColumns:
     # -- values -----------------------------------------------------------------------
     def get(self, name: str, ids) -> np.ndarray:
         """Column `name` of these clients (a copy; `fill` for clients never written)."""
-        s = self.slots(ids)
+        return self.take(name, self.slots(ids))
+
+    def take(self, name: str, slots: np.ndarray) -> np.ndarray:
+        """Column `name` at these slots (`slots(ids)`; -1 reads `fill`): one lookup, many columns."""
         t, fill = self.spec[name]
-        out = np.full(len(s), fill, dtype=t)
-        hit = s >= 0
-        out[hit] = self._cols[name][s[hit]]
+        col = self._cols[name]
+        if len(slots) and slots.min() >= 0:
+            return col[slots]
+        out = np.full(len(slots), fill, dtype=t)
+        hit = slots >= 0
+        out[hit] = col[slots[hit]]
         return out
 
     def put(self, name: str, ids, values) -> None:

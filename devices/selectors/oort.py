@@ -92,22 +92,28 @@ class OortSelector(Selector):
             self.registered = n >= self.threshold(n, ctx.count())
 
     # -- what the selector knows of a client ------------------------------------------------
-    def rewards(self, ids, n_samples) -> np.ndarray:
-        """R_i: the last feedback's reward, or (never tried) the capped data size."""
-        R = self.state.get("reward", ids)
-        return np.where(np.isnan(R), np.minimum(n_samples[ids], self.utility_cap), R)
-
-    def durations(self, ctx, ids) -> np.ndarray:
-        """t_i: the last feedback's duration, or the a-priori estimate (the median of known
-        durations where the device models give none)."""
-        t = self.state.get("duration", ids)
+    def known(self, ctx, ids) -> tuple:
+        """(R, t, L, c) of these clients: their last feedback's reward, duration, round and
+        count; a client never tried has its capped data size as reward and its a-priori
+        duration (the median of known durations where the device models give none)."""
+        st = self.state
+        sl = st.slots(ids)
+        R, t, L, c = (st.take(name, sl) for name in ("reward", "duration", "stamp", "count"))
+        R = np.where(np.isnan(R), np.minimum(np.asarray(ctx.n_samples)[ids], self.utility_cap), R)
         miss = np.isnan(t)
         if miss.any():
             prior = ctx.profile(ids[miss]).total
-            known = self.state.column("duration")
-            fallback = float(np.nanmedian(known)) if len(known) and not np.isnan(known).all() else 0.0
+            seen = st.column("duration")
+            fallback = float(np.nanmedian(seen)) if len(seen) and not np.isnan(seen).all() else 0.0
             t[miss] = np.where(np.isnan(prior), fallback, prior)
-        return t
+        return R, t, L, c
+
+    def durations(self, ctx, ids) -> np.ndarray:
+        return self.known(ctx, ids)[1]
+
+    def rewards(self, ids, n_samples) -> np.ndarray:
+        R = self.state.get("reward", ids)
+        return np.where(np.isnan(R), np.minimum(np.asarray(n_samples)[ids], self.utility_cap), R)
 
     # -- select (Eq. 1.3 - 1.6, 1.9) --------------------------------------------------------
     def select(self, ctx):
@@ -121,51 +127,55 @@ class OortSelector(Selector):
         if self.calls == 1:                                     # FedScale: the first round is random
             return np.sort(feasible[ctx.rng.choice(len(feasible), num, replace=False)]).tolist()
         draw = self.draws or Uniforms(ctx.rng)
-        BL = rules.blacklist(self.state.ids, self.state.column("count").copy(), self.blacklist_rounds,
-                             self.blacklist_max_len, int(self.registered.sum()))
+        BL = self.blacklisted()
         self.pace(ctx.round)
         keys = feasible[~np.isin(feasible, BL)] if len(BL) else feasible
         reg_ids = np.flatnonzero(self.registered)
         T = rules.preferred_duration(self.durations(ctx, reg_ids), self.pct)
         if self.rule == "oort_repo" and self.state.n >= len(reg_ids):
             self.eps = self.eps_min = 0.0                        # nobody left unexplored: for good
-        exploit = self.exploit(ctx, keys, num, T, draw)
-        explore = self.explore(ctx, keys, num - len(exploit), T, draw)
+        R, t, L, c = self.known(ctx, keys)
+        exploit = self.exploit(ctx, keys, (R, t, L, c), num, T, draw)
+        new = c == 0
+        explore = self.explore(keys[new], R[new] * rules.penalty(t[new], T, self.alpha), num - len(exploit), draw)
         out = np.concatenate([explore, exploit]).astype(np.int64)
         if self.fill_random and len(out) < num:                 # the Oort artifact's top-up (A6)
             rest = np.setdiff1d(keys, out)
             out = np.concatenate([out, rest[ctx.rng.choice(len(rest), min(num - len(out), len(rest)), replace=False)]])
         return np.sort(out).tolist()
 
-    def exploit(self, ctx, keys, num: int, T: float, draw) -> np.ndarray:
+    def blacklisted(self) -> np.ndarray:
+        if self.blacklist_rounds < 0:
+            return np.zeros(0, dtype=np.int64)
+        return rules.blacklist(self.state.ids, self.state.column("count").copy(), self.blacklist_rounds,
+                               self.blacklist_max_len, int(self.registered.sum()))
+
+    def exploit(self, ctx, keys, known, num: int, T: float, draw) -> np.ndarray:
         """Eq. 1.3 - 1.5: the exploited clients, by a weighted draw among the best scores."""
-        n_samples = np.asarray(ctx.n_samples)
-        count = self.state.get("count", keys)
-        explored = keys[count > 0]
-        clip, minR, rangeR = rules.reward_scale(self.rewards(keys, n_samples), self.clip_bound)
-        s = rules.scores(self.rewards(explored, n_samples), self.durations(ctx, explored),
-                         self.state.get("stamp", explored), ctx.round, clip, minR, rangeR, T, self.alpha,
+        R, t, L, c = known
+        clip, minR, rangeR = rules.reward_scale(R, self.clip_bound)           # every key's reward
+        old = c > 0
+        explored = keys[old]
+        s = rules.scores(R[old], t[old], L[old], ctx.round, clip, minR, rangeR, T, self.alpha,
                          absolute=self.rule != "oort_repo")
         self.eps = max(self.eps * self.exploration_decay, self.eps_min)                  # Eq. 1.9
         if self.rule == "oort_repo":
             n_exploit = min(int(math.floor(num * (1 - self.eps))), len(s))
         else:
             n_exploit = min(num - int(math.floor(num * self.eps)), len(s))
-        order = np.argsort(-s, kind="stable")
+        order = rules.descending(s)
         pool = order[:rules.pool_size(s[order], n_exploit, self.cut_off, self.rule)]
         picked = explored[pool[wswor(s[pool], n_exploit, draw)]]
         self.exploit_prev = picked
         return picked
 
-    def explore(self, ctx, keys, room: int, T: float, draw) -> np.ndarray:
-        """Eq. 1.6: clients never tried, drawn by capped data size x speed penalty from the
-        top sample_window x n_explore of them."""
-        cand = keys[self.state.get("count", keys) == 0]
+    def explore(self, cand, prior, room: int, draw) -> np.ndarray:
+        """Eq. 1.6: clients never tried (`cand`, in id order), drawn by `prior` (capped data
+        size x speed penalty) from the top sample_window x n_explore of them."""
         if not len(cand):
             return np.zeros(0, dtype=np.int64)
-        prior = self.rewards(cand, np.asarray(ctx.n_samples)) * rules.penalty(self.durations(ctx, cand), T, self.alpha)
         n_explore = min(len(cand), max(room, 0))
-        order = np.argsort(-prior, kind="stable")
+        order = rules.descending(prior)
         top = order[:min(int(math.floor(self.sample_window * n_explore)), len(cand))]
         picked = cand[top[wswor(prior[top], n_explore, draw)]]
         self.explore_prev = picked

@@ -58,6 +58,24 @@ def scores(R, t, L, r: int, clip: float, minR: float, rangeR: float, T: float, a
     return np.abs(s) if absolute else s
 
 
+def descending(v: np.ndarray) -> np.ndarray:
+    """Positions of v by value, descending, ties in position order: the order of a stable
+    sort, from a quicksort whose runs of equal values are then put in position order."""
+    n = len(v)
+    o = np.argsort(-v, kind="quicksort")
+    sv = v[o]
+    eq = sv[1:] == sv[:-1]
+    if not eq.any():
+        return o
+    run = np.cumsum(np.concatenate([[True], ~eq])) - 1
+    tie = np.zeros(n, dtype=bool)
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    at = np.flatnonzero(tie)
+    o[at] = o[at][np.argsort(run[at] * n + o[at], kind="quicksort")]
+    return o
+
+
 def pool_size(sorted_scores: np.ndarray, n_exploit: int, cut_off: float, rule: str) -> int:
     """Eq. 1.5: how many of the scores (descending) enter the exploitation pool. The cut-off
     is the (n_exploit+1)-th best score x `cut_off`; FedScale keeps scanning until the pool

@@ -7,11 +7,10 @@ than u (Eq. 0.1). The same law as numpy's `choice(replace=False, p=...)`. Items 
 are never taken; when at most m items have a positive weight, all of those are taken (in
 position order, with no draw).
 
-Done without renormalising m times (10^5 items, m in the hundreds: one cumulative sum):
-with C the cumulative sum of the original weights and R(j) the weight already taken at
-positions <= j, the pick is the first j with C(j) - R(j) > u (W - taken), found by
-iterating j <- first index with C(j) > u (W - taken) + R(j) to its fixed point (R only grows
-with j, so every iterate is a lower bound of the answer).
+Done without renormalising m times (10^5 items, m up to thousands): the pick is the first
+item whose cumulative weight among the items left exceeds u x (the weight left), found by
+descending a Fenwick tree of the weights (O(log n) a draw); a taken item's weight is removed
+from the tree (O(log n)).
 """
 from __future__ import annotations
 
@@ -41,43 +40,48 @@ def wswor(weights, m: int, draw: Uniforms) -> np.ndarray:
     """Positions (into `weights`) of m successive weighted draws without replacement, in draw
     order (Eq. 0.1)."""
     w = np.asarray(weights, dtype=np.float64)
-    positive = int(np.count_nonzero(w > 0))
+    w = np.where(w > 0, w, 0.0)
+    positive = int(np.count_nonzero(w))
     if m >= positive:                       # every item with a weight is taken: no draw needed
-        return np.flatnonzero(w > 0).astype(np.int64)
-    C = np.cumsum(np.where(w > 0, w, 0.0))
-    total = float(C[-1])
-    taken_at: list = []          # positions taken, ascending
-    taken_w: list = []           # their weights, same order
-    out = np.empty(m, dtype=np.int64)
-    last = int(np.flatnonzero(w > 0)[-1])
-    for i in range(m):
-        removed = float(np.sum(taken_w)) if taken_w else 0.0
-        target = draw() * (total - removed)
-        j = int(np.searchsorted(C, target, side="right"))
-        while True:
-            r = _taken_upto(taken_at, taken_w, j)
-            j2 = int(np.searchsorted(C, target + r, side="right"))
-            if j2 == j:
-                break
-            j = j2
-        while j < len(w) and (w[j] <= 0 or j in taken_at):     # float rounding only
-            j += 1
-        if j >= len(w):
-            j = _last_free(w, taken_at, last)
-        out[i] = j
-        k = int(np.searchsorted(taken_at, j))
-        taken_at.insert(k, j)
-        taken_w.insert(k, float(w[j]))
+        return np.flatnonzero(w).astype(np.int64)
+    n = len(w)
+    C = np.concatenate([[0.0], np.cumsum(w)])
+    at = np.arange(1, n + 1)
+    tree = C[at] - C[at - (at & -at)]                 # Fenwick tree: node i sums (i - lowbit(i), i]
+    left = w.copy()
+    remaining = float(C[-1])
+    top = 1 << (n.bit_length() - 1)
+    out = np.empty(int(m), dtype=np.int64)
+    for d in range(int(m)):
+        target = draw() * remaining
+        pos, step = 0, top                   # the largest prefix <= target: the pick is the next item
+        while step:
+            nxt = pos + step
+            if nxt <= n and tree[nxt - 1] <= target:
+                pos = nxt
+                target -= tree[nxt - 1]
+            step >>= 1
+        j = _free_from(left, pos)
+        out[d] = j
+        wj = float(left[j])
+        left[j] = 0.0
+        remaining -= wj
+        i = j + 1
+        while i <= n:
+            tree[i - 1] -= wj
+            i += i & -i
     return out
 
 
-def _taken_upto(taken_at: list, taken_w: list, j: int) -> float:
-    k = int(np.searchsorted(taken_at, j, side="right"))
-    return float(np.sum(taken_w[:k])) if k else 0.0
-
-
-def _last_free(w: np.ndarray, taken_at: list, last: int) -> int:
-    j = last
-    while j >= 0 and (w[j] <= 0 or j in taken_at):
-        j -= 1
-    return j
+def _free_from(left: np.ndarray, j: int) -> int:
+    """`j`, or (float rounding at a boundary) the nearest item still holding weight."""
+    n = len(left)
+    k = j
+    while k < n and left[k] <= 0.0:
+        k += 1
+    if k < n:
+        return k
+    k = min(j, n - 1)
+    while k >= 0 and left[k] <= 0.0:
+        k -= 1
+    return k
