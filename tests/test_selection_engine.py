@@ -242,6 +242,7 @@ def test_a_plugin_selector_runs_in_a_local_sweep(tmp_path):
 def test_loss_probe_equals_a_direct_evaluation():
     from emulator.compute.executor import SequentialExecutor
     from emulator.compute.flat import FlatModel
+    from emulator.compute.loss_probe import probe_losses
     from emulator.workloads import models
     from conftest import executor_on_random_data
     ctx = models.ModelContext((1, 8, 8), 10)
@@ -249,14 +250,14 @@ def test_loss_probe_equals_a_direct_evaluation():
     net = FlatModel(models.mlp(models.MlpParams(hidden=16), ctx), torch.device("cpu"), torch.float64)
     ex = executor_on_random_data(SequentialExecutor, net, (1, 8, 8), [30, 5000, 7])
     w = net.initial_vector()
-    got = ex.probe_losses(0, w, None, np.array([0, 1, 2]), 4)
+    got = probe_losses(ex, 0, w, None, np.array([0, 1, 2]), 4)
     td = ex.tasks[0]
     want = []
     for c in range(3):
         rows = td.client_rows[c]
         want.append(float(F.cross_entropy(net.forward(w, td.x[rows]), td.y[rows])))
     assert got == pytest.approx(want, rel=1e-12)
-    sub = ex.probe_losses(0, w, None, np.array([1]), 4, max_samples=64)
+    sub = probe_losses(ex, 0, w, None, np.array([1]), 4, max_samples=64)
     pick = np.sort(ex.streams.keyed("selection.probe", 1, 4).choice(5000, 64, replace=False))
     rows = td.client_rows[1][torch.as_tensor(pick)]
     assert sub[0] == pytest.approx(float(F.cross_entropy(net.forward(w, td.x[rows]), td.y[rows])), rel=1e-12)

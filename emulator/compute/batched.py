@@ -209,9 +209,7 @@ class BatchedExecutor(SequentialExecutor):
         idx = torch.from_numpy(idx_np).to(dev)
         wt = torch.from_numpy(wt_np).to(device=dev, dtype=td.x.dtype)
         active = [int((steps > h).sum()) for h in range(S)]
-        acc = None
-        if self.loss_stats:
-            acc = StackAccumulator(plans, [len(self._host_rows(j)) for j in jobs], [j.batch_size for j in jobs], dev)
+        acc = self._loss_stats(jobs, plans) if self.loss_stats else None
         buf = None
         for h in range(S):
             k = active[h]
@@ -231,16 +229,15 @@ class BatchedExecutor(SequentialExecutor):
             if buf is None:
                 buf = b                  # created at step 0, when every job is running
         losses = lsum.tolist()
-        ls = acc.results() if acc is not None else [None] * J
-        out = []
-        for i, job in enumerate(jobs):
-            n = int(steps[i])
-            gm = None
-            if job.spec.want_grad_mean:
-                gm = gsum[i] / n
-            out.append(TrainResult(params=W[i].clone(), steps=n, loss_mean=losses[i] / n, grad_mean=gm,
-                                   loss_stats=ls[i]))
-        return out
+        ls = [None] * J if acc is None else acc.results()
+        return [TrainResult(params=W[i].clone(), steps=int(steps[i]), loss_mean=losses[i] / int(steps[i]),
+                            grad_mean=gsum[i] / int(steps[i]) if job.spec.want_grad_mean else None, loss_stats=ls[i])
+                for i, job in enumerate(jobs)]
+
+    def _loss_stats(self, jobs, plans) -> StackAccumulator:
+        """The stacked jobs' loss statistics (compute/loss_stats.py), step by step."""
+        return StackAccumulator(plans, [len(self._host_rows(j)) for j in jobs], [j.batch_size for j in jobs],
+                                self.device)
 
     def _step_grad(self, jobs, W):
         """fn(h, W[:k], X, Y, WT, sizes) -> (G, losses) of step h for the k jobs still running:

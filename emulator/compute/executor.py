@@ -187,14 +187,6 @@ class Executor:
                               loss_stats=[r.loss_stats for r in results]))
         fut.job = None
 
-    def probe_losses(self, task: int, w, buffers, clients, round_: int, max_samples=None) -> np.ndarray:
-        """A selector's loss probe (compute/loss_probe.py): the mean loss of the global model w
-        on each client's training rows (at most `max_samples` of them, drawn uniformly)."""
-        from .loss_probe import client_losses, probe_rows
-        rows = probe_rows(self, task, clients, round_, max_samples)
-        self.stats.loss_probe_rows += int(sum(len(r) for r in rows))
-        return client_losses(self.tasks[task], force(w).detach().to(self.device), buffers, rows)
-
     # helpers shared by executors -------------------------------------------------
     def job_rows(self, job: TrainJob) -> torch.Tensor:
         """Rows into the task's x / y that this job may train on."""

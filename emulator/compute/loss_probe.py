@@ -27,6 +27,14 @@ def probe_rows(executor, task: int, clients: np.ndarray, round_: int, max_sample
     return rows
 
 
+def probe_losses(executor, task: int, w, buffers, clients, round_: int, max_samples=None) -> np.ndarray:
+    """A selector's loss probe on `executor`: the mean loss of the global model w on each
+    client's training rows (at most `max_samples` of them, drawn uniformly)."""
+    rows = probe_rows(executor, task, clients, round_, max_samples)
+    executor.stats.loss_probe_rows += int(sum(len(r) for r in rows))
+    return client_losses(executor.tasks[task], w.detach().to(executor.device), buffers, rows)
+
+
 @torch.no_grad()
 def client_losses(td, w: torch.Tensor, buffers: Optional[torch.Tensor], rows: list) -> np.ndarray:
     """Mean per-sample loss of parameters w on each client's rows (`rows[i]`)."""

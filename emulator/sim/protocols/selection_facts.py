@@ -12,6 +12,7 @@ import numpy as np
 from devices.selectors import Profile, RoundOutcomes, Status
 
 from ...compute.lazy import force
+from ...compute.loss_probe import probe_losses
 from .base import LocalWorkParams
 from .cohort import Cohort
 
@@ -68,8 +69,8 @@ class Probes:
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
             return np.zeros(0)
-        F = w.executor.probe_losses(task.index, task.algorithm.global_params(), task.buffers, ids, round_,
-                                    max_samples)
+        F = probe_losses(w.executor, task.index, task.algorithm.global_params(), task.buffers, ids, round_,
+                         max_samples)
         n = task.client_sizes[ids].astype(np.int64)
         rows = n if max_samples is None else np.minimum(n, max_samples)
         B = task.batch_size
