@@ -88,6 +88,27 @@ def test_history_of_a_run_holds_exactly_who_took_part():
     h = w.protocol.selecting.history
     assert set(h.ids.tolist()) == took and h.n == len(took) <= 12
     assert h.get("count", sorted(took)).sum() == sum(int(log.selected.sum()) for log in w.recorder.rounds)
+    last = {}                                  # what each client's last round recorded in clients.csv
+    for log in w.recorder.rounds:
+        for i in np.flatnonzero(log.selected):
+            last[int(log.clients()[i])] = (log.round, log.comm_time[i], log.compute_time[i], log.weight[i] > 0)
+    for c, (r, comm, comp, agg) in last.items():
+        assert h.get("round", [c])[0] == r
+        assert (h.get("status", [c])[0] == Status.AGGREGATED) == agg
+        assert h.get("t_down", [c])[0] + h.get("t_up", [c])[0] == pytest.approx(comm, rel=1e-12)
+        assert h.get("t_comp", [c])[0] == pytest.approx(comp, rel=1e-12)
+        assert h.get("loss_n", [c])[0] > 0 and h.get("unique", [c])[0] > 0
+
+
+def test_client_columns_find_clients_written_in_any_order():
+    from devices.selectors import ClientColumns
+    c = ClientColumns({"x": (np.float64, -1.0)})
+    c.put("x", [5, 2, 9], [50.0, 20.0, 90.0])
+    c.put("x", [1, 7], [10.0, 70.0])
+    c.add("x", [9, 1], [1.0, 1.0])
+    assert c.get("x", [1, 2, 3, 5, 7, 9]).tolist() == [11.0, 20.0, -1.0, 50.0, 70.0, 91.0]
+    assert c.get("x", [1, 2, 5, 7, 9]).tolist() == [11.0, 20.0, 50.0, 70.0, 91.0]     # every client, in id order
+    assert c.ids.tolist() == [2, 5, 9, 1, 7] and c.n == 5
 
 
 # ----------------------------------------------------------------------------- engines
@@ -107,20 +128,18 @@ def test_process_and_vector_engines_give_identical_records_with_oort(tmp_path, w
 def test_over_selection_feeds_oort_its_stragglers():
     """select 4, wait for the first 3: the fourth is cut ('late') and reaches Oort as a
     straggler whose duration is its full (estimated) one, not the close."""
-    w = world_run(two_speed(rounds=3, **{"protocol.select": {"model": "oort", "k": 4},
+    w = world_run(two_speed(rounds=1, **{"protocol.select": {"model": "oort", "k": 4},
                                          "protocol.wait": {"mode": "first_k", "k": 3}}))
     h = w.protocol.selecting.history
     late = [(log.round, int(log.clients()[i])) for log in w.recorder.rounds
             for i, r in log.drop_reason.items() if r == "late"]
     assert late
-    ids = sorted({c for _, c in late})
-    last = {c: r for r, c in late}
     st = w.protocol.selector.state
-    for c in ids:
-        if h.get("round", [c])[0] == last[c]:
-            assert h.get("status", [c])[0] == Status.STRAGGLER and h.get("cut", [c])[0]
-            assert st.get("duration", [c])[0] == h.get("total", [c])[0]
-            assert not math.isnan(h.get("total", [c])[0])
+    for _, c in late:
+        assert h.get("status", [c])[0] == Status.STRAGGLER and h.get("cut", [c])[0]
+        assert st.get("count", [c])[0] == 1                   # it gave feedback: explored
+        assert st.get("duration", [c])[0] == h.get("total", [c])[0]
+        assert not math.isnan(h.get("total", [c])[0])
 
 
 # ----------------------------------------------------------------------------- power-of-choice
@@ -128,7 +147,8 @@ def test_power_of_choice_probe_is_real_compute_charged_before_the_round():
     """d = every client: the probe's phase is max_i (model download + ceil(n_i / B) steps +
     one number's upload); the k highest losses of the initial model are selected in round 1;
     the round lasts the probe plus its participants; equal weights 1/k reach clients.csv."""
-    sc = two_speed(rounds=2, **{"protocol.select": {"model": "power_of_choice", "k": 3, "d": 12}})
+    sc = two_speed(rounds=2, **{"protocol.select": {"model": "power_of_choice", "k": 3, "d": 12},
+                                "workload.partition": {"name": "lognormal", "sigma": 0.5, "min_size": 20}})
     w = world_run(sc)
     task = w.tasks[0]
     m = w.recorder.metrics_frame()
@@ -153,7 +173,8 @@ def test_power_of_choice_probe_is_real_compute_charged_before_the_round():
     assert first["probe_time"] == pytest.approx(t.max(), rel=1e-12) and first["probed"] == 12
     part = log1.comm_time[log1.selected] + log1.compute_time[log1.selected]
     assert first["round_time"] == pytest.approx(first["probe_time"] + part.max(), rel=1e-12)
-    assert np.allclose(log1.weight[log1.selected], 1 / 3)
+    assert (log1.weight[log1.selected] == 1 / 3).all()
+    assert len(set(sizes[log1.selected].tolist())) > 1        # not what n_i / sum n would give
 
 
 def test_selection_weights_need_an_algorithm_that_declares_them():
@@ -262,3 +283,19 @@ def test_loss_probe_equals_a_direct_evaluation():
     rows = td.client_rows[1][torch.as_tensor(pick)]
     assert sub[0] == pytest.approx(float(F.cross_entropy(net.forward(w, td.x[rows]), td.y[rows])), rel=1e-12)
     assert ex.stats.loss_probe_rows == 5037 + 64
+
+
+def test_selection_weights_reach_a_client_by_client_aggregation():
+    """The same equal weights when the algorithm aggregates arrival by arrival (no cohort)."""
+    from emulator.api import FedAvg, FedAvgParams, register
+    with registry_snapshot():
+        class ClientWise(FedAvg):
+            cohort_path = False            # every arrival as its own Arrival; weights still honoured
+        register("algorithm", "fedavg_clientwise", FedAvgParams, "FedAvg, client by client", ClientWise)
+        w = world_run(two_speed(rounds=1, **{
+            "protocol.select": {"model": "power_of_choice", "k": 3, "d": 12},
+            "workload.partition": {"name": "lognormal", "sigma": 0.5, "min_size": 20},
+            "algorithm": {"name": "fedavg_clientwise", "lr": 0.1}}))
+    log = next(log for log in w.recorder.rounds if log.round == 1)
+    assert (log.weight[log.selected] == 1 / 3).all()
+    assert len(set(w.tasks[0].client_sizes[log.selected].tolist())) > 1

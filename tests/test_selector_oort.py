@@ -59,7 +59,14 @@ def test_O1_utility_of_the_last_participation():
     assert U[0] == pytest.approx(50 * 2.0)
 
 
-def test_O2_full_selection_with_injected_draws():
+def test_O2_full_selection_with_injected_draws(monkeypatch):
+    import devices.selectors.oort as oort_module
+    tables = []
+
+    def spy(weights, m, draw):
+        tables.append(np.asarray(weights).tolist())
+        return wswor(weights, m, draw)
+    monkeypatch.setattr(oort_module, "wswor", spy)
     s = o2_selector()
     s.draws = Uniforms(values=[0.50, 0.10, 0.60, 0.55])
     ctx = o2_context()
@@ -73,6 +80,9 @@ def test_O2_full_selection_with_injected_draws():
                       rangeR, T, 2)
     assert sc == pytest.approx([1.033950, 0.440864, 0.534033, 0.401345], abs=1e-6)
     assert s.select(ctx) == [1, 3, 4, 6]
+    # the draws' tables: the exploitation pool's scores in order [1, 3, 2, 4], then the explore priors
+    assert tables[0] == pytest.approx([1.033950, 0.534033, 0.440864, 0.401345], abs=1e-6)
+    assert tables[1] == pytest.approx([12 * (30 / 50) ** 2, 4])
     assert s.eps == pytest.approx(0.27)
     assert sorted(s.exploit_prev.tolist()) == [1, 3, 4] and s.explore_prev.tolist() == [6]
 
@@ -225,6 +235,8 @@ def test_successive_sampling_by_hand():
     w = [1.033950, 0.534033, 0.440864, 0.401345]
     assert wswor(w, 3, Uniforms(values=[0.50, 0.10, 0.60])).tolist() == [1, 0, 3]
     assert wswor([0, 2, 0, 1], 3, Uniforms(values=[])).tolist() == [1, 3]     # only 2 have weight: no draw
+    # the second draw renormalises over what is left: u = 0.5 of 3 is the third item, not the fourth
+    assert wswor([1, 1, 1, 1], 2, Uniforms(values=[0.0, 0.5])).tolist() == [0, 2]
 
 
 def test_invariants_over_random_states():

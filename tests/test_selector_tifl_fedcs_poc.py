@@ -132,14 +132,16 @@ def test_fedcs_selector_uses_observations_then_profile_and_needs_a_deadline():
                            unique=np.zeros(1, np.int64), last_n=np.zeros(1), last_sq=nan, ema_sq=nan))
     prof = {i: F1[i] for i in F1}
     ctx = SelectionContext(round=2, available=np.arange(1, 7), num_clients=7, rng=np.random.default_rng(0),
-                           deadline=20.0, n_samples=np.full(7, 10), history=h,
+                           deadline=15.0, n_samples=np.full(7, 10), history=h,
                            profile_fn=lambda ids: Profile(np.zeros(len(ids)), *(np.array([prof[i][j] for i in ids], float)
                                                                                for j in range(3))))
     s = FedCSSelector(fraction_candidates=1.0)
-    # client 4 observed at (1, 1, 1): now cheap; the greedy on the others' profiles
+    # client 4 observed at (1, 1, 1): now cheap, admitted (on its profile, 12 s of compute, it is not)
     dl, ud, ul = (np.array([F1[i][j] if i != 4 else 1.0 for i in range(1, 7)], float) for j in range(3))
-    want = sorted(i + 1 for i in greedy(dl, ud, ul, 20.0))
+    want = sorted(i + 1 for i in greedy(dl, ud, ul, 15.0))
     assert s.select(ctx) == want and 4 in want
+    dl0, ud0, ul0 = (np.array([F1[i][j] for i in range(1, 7)], float) for j in range(3))
+    assert 3 not in greedy(dl0, ud0, ul0, 15.0)
     no_deadline = SelectionContext(round=0, available=np.arange(1, 7), num_clients=7)
     assert s.check(no_deadline)[0][0] == "model"
 
