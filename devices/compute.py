@@ -70,6 +70,11 @@ class ComputeModel(ABC):
     def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
         return self.clock(client, round_, rng, now, work).time(steps)
 
+    def nominal_step_time(self, clients: np.ndarray, work: Optional[Work] = None) -> np.ndarray:
+        """A-priori seconds per step of these clients (the model's mean; no draw is made):
+        what a selector may know of a device before it has run (NaN: the model gives none)."""
+        return np.full(len(clients), np.nan)
+
 
 @dataclass
 class ConstantCompute(ComputeModel):
@@ -88,6 +93,9 @@ class ConstantCompute(ComputeModel):
     def step_times(self, draws):
         return np.full(len(draws), self.step_time)
 
+    def nominal_step_time(self, clients, work=None):
+        return np.full(len(clients), self.step_time)
+
 
 @dataclass
 class InstantCompute(ComputeModel):
@@ -100,6 +108,9 @@ class InstantCompute(ComputeModel):
 
     def step_times(self, draws):
         return np.zeros(len(draws))
+
+    def nominal_step_time(self, clients, work=None):
+        return np.zeros(len(clients))
 
 
 @dataclass
@@ -116,6 +127,13 @@ class RandomStepTime(ComputeModel):
     @abstractmethod
     def draw(self, rng: np.random.Generator, size=None):
         """Required. One step time (size None) or an array of `size` step times from `rng`."""
+
+    def mean(self) -> float:
+        """The distribution's mean step time (a-priori estimate)."""
+        return math.nan
+
+    def nominal_step_time(self, clients, work=None):
+        return np.full(len(clients), self.mean())
 
     def round_draws(self, steps, rng):
         if self.redraw == "round":               # one step time per working client
@@ -153,6 +171,9 @@ class LognormalCompute(RandomStepTime):
     def draw(self, rng, size=None):
         return rng.lognormal(math.log(self.mean_step_time) - 0.5 * self.sigma ** 2, self.sigma, size)
 
+    def mean(self):
+        return self.mean_step_time
+
 
 @dataclass
 class NormalCompute(RandomStepTime):
@@ -177,6 +198,9 @@ class NormalCompute(RandomStepTime):
                 break
         return out[0] if size is None else out
 
+    def mean(self):
+        return self.mean_step_time          # the untruncated mean (the floor rarely binds)
+
 
 @dataclass
 class UniformCompute(RandomStepTime):
@@ -189,6 +213,9 @@ class UniformCompute(RandomStepTime):
     def draw(self, rng, size=None):
         return rng.uniform(self.low, self.high, size)
 
+    def mean(self):
+        return 0.5 * (self.low + self.high)
+
 
 @dataclass
 class ExponentialCompute(RandomStepTime):
@@ -199,6 +226,9 @@ class ExponentialCompute(RandomStepTime):
 
     def draw(self, rng, size=None):
         return rng.exponential(self.mean_step_time, size)
+
+    def mean(self):
+        return self.mean_step_time
 
 
 @dataclass
@@ -242,6 +272,10 @@ class IterationsCompute(ComputeModel):
         tau = self.iterations(client, round_, rng) if draw is None else int(draw)
         return FixedClock(self.period / tau if tau > 0 else math.inf)
 
+    def nominal_step_time(self, clients, work=None):
+        tau = self.fixed if self.fixed is not None else self.mean
+        return np.full(len(clients), self.period / tau if tau > 0 else math.inf)
+
 
 @dataclass
 class FlopsCompute(ComputeModel):
@@ -256,6 +290,11 @@ class FlopsCompute(ComputeModel):
         if work is None or work.flops_per_step <= 0:
             raise ValueError("the flops compute model needs the model's FLOPs per step")
         return FixedClock(work.flops_per_step / (self.gflops * 1e9))
+
+    def nominal_step_time(self, clients, work=None):
+        if work is None or work.flops_per_step <= 0:
+            return np.full(len(clients), np.nan)
+        return np.full(len(clients), work.flops_per_step / (self.gflops * 1e9))
 
 
 #: Illustrative effective training throughputs (GFLOP/s actually sustained on small CNNs,
@@ -293,3 +332,12 @@ class TraceCompute(ComputeModel):
             steps = list(vals)
         starts = [min(starts[0], now)] + list(starts[1:])
         return RateClock(now, starts, steps)
+
+    def nominal_step_time(self, clients, work=None):
+        """Each client's first traced step time (its value before the trace moves on)."""
+        out = np.full(len(clients), np.nan)
+        for i, c in enumerate(np.asarray(clients).tolist()):
+            _, kind, vals = self.trace[self._map[c]]
+            v = float(vals[0])
+            out[i] = 1.0 / v if kind == "speed" else v * (work.batch if work else 1) if kind == "sample_time" else v
+        return out

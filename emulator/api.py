@@ -24,9 +24,14 @@
   at zero by subclassing `StartsAtZero`; partition factories get (params, labels, num_clients, rng, path);
 - device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability` (`RoundAvailability`
   for per-round models), `LinkModel` (the base of links; `Link` the latency + bandwidth one),
-  `Selection`, and `GroupContext` (what their factories get);
+  and `GroupContext` (what their factories get);
 - protocols and executors: `Protocol`, `Executor` (the abstract bases of `protocol.name` and
   `executor.name`);
+- selection (docs/selection.md): `Selector` (the declared base: `select(ctx)`,
+  `observe(outcomes)`), `SelectionContext`, `Chosen` (ids with aggregation weights),
+  `RoundOutcomes`, `Status`, `Profile`, `History`, `ClientColumns` (per-client state grown on
+  first write), `Uniforms` and `wswor` (weighted sampling without replacement), and
+  `SelectionParams` / `KOrFraction` (a selection block's parameters and its declared needs);
 - callbacks: `Callback`, `RunContext`;
 - running: `run`, `load`, `RunResult`, and the errors.
 """
@@ -40,7 +45,8 @@ import numpy as np
 from devices.availability import NEVER, Availability, RoundAvailability
 from devices.compute import ComputeModel, FixedClock, StepClock, Work
 from devices.network import InstantLink, Link, LinkModel
-from devices.selection import Selection
+from devices.selectors import (ClientColumns, Chosen, History, Profile, RoundOutcomes, SelectionContext, Selector,
+                               Status, Uniforms, wswor)
 
 from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, BackgroundTraining, Broadcast,
                               Rows, Upload, VersionedModel, sample_weights, size_weights, weighted_sum)
@@ -56,8 +62,9 @@ from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianN
                              PerSampleTransform, ProxTerm, StepContext, clip_to)
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
-from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
+from .errors import ContractError, DivergedError, FlemuError, InvariantError, ScenarioError
 from .scenario.fleet import GroupContext
+from .scenario.selection_params import KOrFraction, SelectionParams
 from .registry import FleetSize, Params, RegistrationError, register
 from .runs.runner import RunResult
 from .sim.protocols.base import Protocol
@@ -170,8 +177,10 @@ __all__ = [
     "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
     "FederatedData", "DatasetContext", "ModelContext", "ClosedFormLoss", "DirectLoss", "StartsAtZero",
     "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "RoundAvailability", "NEVER",
-    "Link", "LinkModel", "InstantLink", "Selection", "GroupContext",
+    "Link", "LinkModel", "InstantLink", "GroupContext",
+    "Selector", "SelectionContext", "Chosen", "RoundOutcomes", "Status", "Profile", "History", "ClientColumns",
+    "Uniforms", "wswor", "SelectionParams", "KOrFraction",
     "Protocol", "Executor",
     "Callback", "RunContext", "run", "load", "RunResult",
-    "ScenarioError", "FlemuError", "DivergedError", "InvariantError", "RegistrationError",
+    "ScenarioError", "FlemuError", "DivergedError", "InvariantError", "RegistrationError", "ContractError",
 ]

@@ -227,13 +227,13 @@ def test_T7_only_the_latest_update_is_fused():
 def test_T8_fusion_frequency(M, tol):
     """Uniform M-of-100 selection, 1000 rounds: the share of selected clients that fuse
     (t >= 2) is 1 - M/n (the algorithm's own fusion rule driven by the selection model)."""
-    from devices.selection import UniformSelection
+    from devices.selectors import SelectionContext, UniformSelection
     ctx = AlgoContext(0, 1, 100, np.ones(100), torch.zeros(1), np.random.default_rng(0))
     alg = FedUMF(scenario.member("algorithm", "fedumf", lr=0.1), ctx)
     sel, rng = UniformSelection(k=M), np.random.default_rng(5)
     fuses = total = 0
     for t in range(1, 1001):
-        S = sel.select(t, range(100), 100, rng)
+        S = sel.select(SelectionContext(t, range(100), 100, rng))
         alg.begin_round(t, S, range(100))
         if t >= 2:
             fuses += sum(alg.fusion(i, t)[0] is not None for i in S)

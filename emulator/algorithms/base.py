@@ -80,6 +80,7 @@ class Arrival:
     steps: int
     train_loss: float
     meta: dict = field(default_factory=dict)
+    selection_weight: Optional[float] = None   # the selection's weight for this client (docs/selection.md)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Rows:
     steps: np.ndarray
     params: list                  # row i: the trained parameters of clients[i] (a tensor each)
     train_loss: np.ndarray
+    selection_weight: Optional[np.ndarray] = None   # the selection's weights, one per row (docs/selection.md)
 
     def __len__(self):
         return len(self.clients)
@@ -116,7 +118,7 @@ class Aggregation:
 class Algorithm(ABC):
     """An algorithm: `local_spec`, `upload` and `aggregate` are required (abstract); the rest
     have defaults. Declared per class: `supports`, `weights_total`, `down_vectors` /
-    `up_vectors`, `client_state`, and the class keyword `cohort_path`."""
+    `up_vectors`, `client_state`, and the class keywords `cohort_path` and `selection_weights`."""
 
     name = "?"
     supports: frozenset = frozenset({"rounds"})
@@ -134,10 +136,16 @@ class Algorithm(ABC):
     #: the aggregation (a FedAvg subclass overriding `aggregate` goes client by client, and
     #: its `aggregate` is called). Read it, never assign it in a class body.
     cohort_path: ClassVar[bool] = False
+    #: declared capability: the aggregation weighs arrivals by the selection's weights when a
+    #: selector gives them (`Arrival.selection_weight`, `Rows.selection_weight`; power-of-choice's
+    #: 1/m). Declared with the class keyword (`selection_weights=True`), like `cohort_path`, and
+    #: not inherited: a subclass with its own aggregation does not silently honour them.
+    selection_weights: ClassVar[bool] = False
 
-    def __init_subclass__(cls, cohort_path: bool = False, **kw):
+    def __init_subclass__(cls, cohort_path: bool = False, selection_weights: bool = False, **kw):
         super().__init_subclass__(**kw)
         cls.cohort_path = bool(cohort_path)
+        cls.selection_weights = bool(selection_weights)
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
@@ -252,8 +260,24 @@ class VersionedModel:
 
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:
-    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals."""
+    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals; when the
+    selection gave weights, those renormalised over the arrivals (docs/selection.md)."""
+    if arrivals and arrivals[0].selection_weight is not None:
+        return selection_shares(np.array([a.selection_weight for a in arrivals], dtype=np.float64))
     return size_weights(np.array([a.n_samples for a in arrivals], dtype=np.float64), weighting)
+
+
+def row_weights(rows: "Rows", weighting: str) -> np.ndarray:
+    """`sample_weights` of a cohort's rows."""
+    if rows.selection_weight is not None:
+        return selection_shares(rows.selection_weight)
+    return size_weights(rows.n_samples, weighting)
+
+
+def selection_shares(w: np.ndarray) -> np.ndarray:
+    """The selection's weights of the arrivals, renormalised to sum to 1."""
+    w = np.asarray(w, dtype=np.float64)
+    return w / w.sum() if len(w) else w
 
 
 def size_weights(n_samples: np.ndarray, weighting: str) -> np.ndarray:

@@ -31,6 +31,7 @@ from .gradient import PiecesGradient, noise_stream
 from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, TrainJob, TrainResult,
                    probe_estimates)
 from .lazy import force
+from .loss_stats import LossAccumulator
 from .paths import PROBE_KIND, PathLog
 from .threads import JobThreads
 from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
@@ -103,6 +104,7 @@ class ExecutorStats:
     steps_computed: int = 0
     grad_evals: int = 0          # real gradient computations of local steps (a probe's own step included)
     probe_evals: int = 0         # extra gradients of probes (docs/algorithms/tsfl.md 3.4), not local steps
+    loss_probe_rows: int = 0     # rows a selector's loss probes read (compute/loss_probe.py)
 
 
 class Executor(ABC):
@@ -126,6 +128,8 @@ class Executor(ABC):
                             f"not {type(params).__name__}")
         self.params = params          # the scenario's executor block
         self.stats = ExecutorStats()
+        #: every job also takes its loss statistics (compute/loss_stats.py): set when a selector reads them
+        self.loss_stats = False
         self.paths = PathLog()        # which path each job kind took, and why (summary.json)
 
     def submit(self, job: TrainJob) -> JobFuture:
@@ -184,7 +188,8 @@ class Executor(ABC):
         """Set a cohort's value from its clients' results (in its rows' order)."""
         fut._set(CohortResult(params=[r.params for r in results],
                               steps=np.array([r.steps for r in results], dtype=np.int64),
-                              loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64)))
+                              loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64),
+                              loss_stats=[r.loss_stats for r in results]))
         fut.job = None
 
     # helpers shared by executors -------------------------------------------------
@@ -323,11 +328,16 @@ class SequentialExecutor(Executor):
             params, bufs, loss = train_function(self, job, net, w, bufs, JobBatches(at, plan))
             return TrainResult(params=params, steps=len(plan), loss_mean=loss, buffers=bufs)
         step = self.stepper(rule, spec, net, w)
-        grad = self.gradient(job, net, w, bufs)
+        stats = LossAccumulator(plan, len(rows), job.batch_size, w.device) if self.loss_stats else None
+        grad = self.gradient(job, net, w, bufs, samples=stats is not None)
         gsum = torch.zeros_like(w) if spec.want_grad_mean else None
         lsum = torch.zeros((), dtype=w.dtype, device=w.device)
         for h, (xb, yb) in enumerate(self.batches(td, rows, plan)):
-            loss, g = grad(w, xb, yb, h)
+            if stats is None:
+                loss, g = grad(w, xb, yb, h)
+            else:
+                loss, g, per = grad(w, xb, yb, h)
+                stats.add(h, per)
             lsum += loss
             if gsum is not None:
                 gsum += g
@@ -338,7 +348,8 @@ class SequentialExecutor(Executor):
         return TrainResult(params=w, steps=n,
                            loss_mean=float(lsum) / n if n else float("nan"),
                            grad_mean=(gsum / n if (gsum is not None and n) else gsum),
-                           probe=probe if (spec.probe and n) else None, buffers=bufs)
+                           probe=probe if (spec.probe and n) else None, buffers=bufs,
+                           loss_stats=None if stats is None else stats.result())
 
     @staticmethod
     def stepper(rule, spec, net, w):
@@ -351,17 +362,18 @@ class SequentialExecutor(Executor):
         corr = None if spec.correction is None else force(spec.correction).detach()
         return SgdSteps(rule, anchor, corr)
 
-    def gradient(self, job, net, w, bufs):
+    def gradient(self, job, net, w, bufs, samples: bool = False):
         """grad(w, xb, yb, h) -> (loss, g): the model's own gradient (BatchNorm: updates bufs in
-        place), or the rule's functional pieces (gradient.py)."""
+        place), or the rule's functional pieces (gradient.py); with `samples`, (loss, g,
+        per-sample losses)."""
         rule = job.spec.rule
         if not rule.has_pieces:
             if bufs is None:
-                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb)
-            return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs)
+                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb, samples=samples)
+            return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs, samples=samples)
         pg, start = PiecesGradient(net, rule), w.clone()
         vectors, rng = self.spec_vectors(job.spec), noise_stream(self.streams, job)
-        return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng)
+        return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng, samples)
 
     def _probe(self, td, net, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
         """docs/algorithms/tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from .. import registry
+from .selection_params import selection_problems
 from .validation_errors import explain
 
 
@@ -48,6 +49,7 @@ def cross_check(sc) -> list:
     if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
         problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
     problems += sc.fleet_problems("", registry.FleetSize(sc.clients.count, len(sc.workload_list)))
+    problems += selection_problems(sc)
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}

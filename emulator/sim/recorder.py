@@ -48,7 +48,7 @@ class RoundLog:
     `log.at(client)` (the client id itself in a dense log)."""
 
     def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False,
-                 kind: str = ROUND):
+                 kind: str = ROUND, phases: bool = False):
         self.round, self.task, self.aggregation, self.kind = round_, task, aggregation, kind
         self.num_clients = num_clients
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
@@ -73,6 +73,9 @@ class RoundLog:
         # (counted in the model's next row), and those of earlier logs its own row counted
         self.late_out = np.zeros(2, dtype=np.int64)
         self.late_in = np.zeros(2, dtype=np.int64)
+        # seconds of each row's download, whole planned computation and upload (NaN: not
+        # reached), kept when a selector observes them (protocols/selecting.py); not in clients.csv
+        self.phases = np.full((3, self.n), np.nan) if phases else None
 
     def mark_recorded(self, rows: np.ndarray) -> None:
         """These rows' outcomes are written now: once (sim/protocols/outcome.py); a second
@@ -152,10 +155,11 @@ class Recorder:
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
         self._late: dict = {}           # model -> (up, down) bytes its next metrics row counts (`late_bytes`)
+        self.phases = False             # ROUND logs keep each row's phase seconds (RoundLog.phases)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
-        log = RoundLog(round_, self.num_clients, task, ids, aggregation)
+        log = RoundLog(round_, self.num_clients, task, ids, aggregation, phases=self.phases)
         self.rounds.append(log)
         return log
 

@@ -34,9 +34,11 @@ class Aggregating:
         algo = task.algorithm
         if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
             return self.aggregate_cohort(task, t, items, log)
+        sw = self.selection_weights          # the round's selection weights (protocols/selecting.py), or None
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
-                            train_loss=float("nan"), meta=u.meta) for cid, u, steps in items]
+                            train_loss=float("nan"), meta=u.meta, selection_weight=None if sw is None else sw[cid])
+                    for cid, u, steps in items]
         need = set(algo.reads(t, arrivals)) if arrivals else set()
         lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
         read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
@@ -73,8 +75,10 @@ class Aggregating:
             if got != dim:
                 raise InvariantError(f"{algo.name}: clients uploaded {got} parameters but the "
                                      f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
+        sw = self.selection_weights
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
-                    steps=cohort.steps, params=res_params, train_loss=loss)
+                    steps=cohort.steps, params=res_params, train_loss=loss,
+                    selection_weight=None if sw is None else np.array([sw[c] for c in cohort.clients.tolist()]))
         agg = algo.aggregate_rows(t, rows)
         self.record_aggregation(log, agg)
         return rows, agg

@@ -95,16 +95,12 @@ class Protocol(Pieces, Aggregating, ABC):
         self.multicast = False          # a protocol with `broadcast: multicast` sets it
         self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
-        self.selector = None            # a protocol with `select` sets it (`make_selector`)
+        self.selector = None            # a protocol with `select` sets it (selecting.py: `Selecting`)
+        self.selection_weights = None   # {client: weight} of the round's selection, when it gives them
         self.open_sheets = OpenSheets()  # outcome sheets not yet closed (work.py: `open_sheet`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
-
-    @staticmethod
-    def make_selector(spec):
-        """The server-side selection a protocol's `select` block names."""
-        return registry.get("selection", spec.model).factory(spec)
 
     def available(self, t: int) -> np.ndarray:
         """Ids of the clients online now (per-round models asked for round t), per device group."""

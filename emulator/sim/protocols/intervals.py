@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import math
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
+from ...scenario.selection_params import SelectingProtocol
 from .base import Call, Gate, Protocol, closing_time, default_select
 from .outcome import record_unrun
+from .selecting import Selecting
 
 EPS = 1e-9   # docs/algorithms/tsfl.md 2.3 relative float guard
 
@@ -55,13 +57,17 @@ class DataSizes(Params):
         return self
 
 
-class IntervalsParams(Params):
+class IntervalsParams(Params, SelectingProtocol):
     interval: float = Field(gt=0, description="interval length delta, virtual seconds")
     iteration: Literal["epoch", "batch"] = Field("epoch", description="one local iteration = a pass over the client's data (epoch) or one mini-batch step (batch)")
     max_iterations: Optional[int] = Field(None, ge=0, description="cap on iterations per interval")
     min_iterations: Optional[int] = Field(None, ge=0, description="only clients with tau > m upload (T-SFL 2-/4-iteration systems)")
     select: "SelectionSpec" = Field(default_factory=default_select, description="which online clients take part")
     data_sizes: Optional[DataSizes] = Field(None, description="time-varying local data (T-SFL Case 3); none = all samples")
+    probe_phase: ClassVar[bool] = False     # the interval's clock cannot take a probe phase
+
+    def deadline(self):
+        return self.interval
 
 
 class Intervals(Protocol):
@@ -69,7 +75,8 @@ class Intervals(Protocol):
 
     def __init__(self, world, params):
         super().__init__(world, params)
-        self.selector = self.make_selector(params.select)
+        self.selecting = Selecting(self, params.select)
+        self.selector = self.selecting.selector
 
     def subset(self, cid: int, t: int, pool: int) -> Optional[np.ndarray]:
         """This interval's local sample numbers (Case 3), or None for all of them."""
@@ -131,7 +138,7 @@ class Intervals(Protocol):
         log = w.recorder.round_log(t)
         avail = self.available(t)
         log.available[avail] = True
-        chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
+        chosen = yield from self.selecting.select(t, avail)
         log.selected[chosen] = True
         bc = self.broadcast(task, t)
         gate = Gate(env, 0)              # collects arrivals; the interval closes on the clock
@@ -164,6 +171,7 @@ class Intervals(Protocol):
         items = yield from self.close_round(gate, procs)
         sheet.close(env.now)
         arrivals, agg = self.aggregate(task, t, items, log)
+        self.selecting.observe(t, log, items, arrivals)
         taus = [a.meta["tau"] for a in arrivals]
         extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),
                  "tau_mean": float(np.mean(taus)) if taus else float("nan"),

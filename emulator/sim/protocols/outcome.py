@@ -106,6 +106,10 @@ def record_outcomes(log, o: Outcomes, messages, drop: bool = True) -> np.ndarray
         log.steps[rows] = rec_steps
         log.compute_time[rows] = np.where(up_started, o.dur, elapsed)
         log.min_compute[rows] = np.where(up_started | (computing & stopped), rec_steps * o.floor, 0.0)
+    if log.phases is not None:     # what a selector observes (protocols/selecting.py)
+        with np.errstate(invalid="ignore"):
+            log.phases[:, rows] = [np.where(down_done, o.down - t0, np.nan), np.where(down_done, o.dur, np.nan),
+                                   np.where(arrived, o.up - o.compute, np.nan)]
     carried = down_done if o.carries is None else down_done & o.carries
     log.bytes_down[rows] = np.where(carried, bytes_down, 0)
     log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
