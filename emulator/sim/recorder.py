@@ -156,6 +156,7 @@ class Recorder:
         self.metrics: list[dict] = []
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
+        self.client_evals: list = []      # (model, columns) of each per-client evaluation (client_eval.csv)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
@@ -204,6 +205,24 @@ class Recorder:
             if self.multi_model:
                 f.insert(2, "model", log.task)
             frames.append(f)
+        return pd.concat(frames, ignore_index=True)
+
+    def client_eval(self, columns: dict, task: int = 0) -> None:
+        """One per-client evaluation's rows (sim/client_evaluation.py: COLUMNS)."""
+        self.client_evals.append((task, columns))
+
+    def client_eval_frame(self) -> pd.DataFrame:
+        """client_eval.csv: every per-client evaluation in order (multi-model runs: a `model`
+        column after `round`)."""
+        from .client_evaluation import COLUMNS
+        frames = []
+        for task, cols in self.client_evals:
+            f = pd.DataFrame(cols, columns=COLUMNS)
+            if self.multi_model:
+                f.insert(2, "model", task)
+            frames.append(f)
+        if not frames:
+            return pd.DataFrame(columns=list(COLUMNS[:2]) + (["model"] if self.multi_model else []) + list(COLUMNS[2:]))
         return pd.concat(frames, ignore_index=True)
 
     def events_frame(self) -> pd.DataFrame:

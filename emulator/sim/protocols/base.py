@@ -84,6 +84,9 @@ class Protocol(Pieces, Aggregating):
     multi_model = False
     #: records one clients.csv row per client job (JOB logs, sim/recorder.py), not per round
     records_per_job = False
+    #: pauses between rounds for a charged per-client evaluation (`evaluation.charge`,
+    #: docs/fairness.md): its loop calls `hold_for_evaluation` after each aggregation
+    charges_evaluation = False
 
     def __init__(self, world, params):
         self.world = world
@@ -94,6 +97,7 @@ class Protocol(Pieces, Aggregating):
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
         self.selector = None            # a protocol with `select` sets it (`make_selector`)
         self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
+        self.evaluation_wait = 0.0      # seconds a charged evaluation holds the next round (`hold_for_evaluation`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
@@ -186,7 +190,15 @@ class Protocol(Pieces, Aggregating):
             t += 1
             if (yield from each(t)):
                 break
+            yield from self.hold_for_evaluation()
         return True
+
+    def hold_for_evaluation(self):
+        """Generator, after an aggregation: a charged per-client evaluation ran on it; the next
+        round starts when its slowest client has finished (docs/fairness.md, "Charged")."""
+        wait, self.evaluation_wait = self.evaluation_wait, 0.0
+        if wait > 0:
+            yield self.env.timeout(wait)
 
     def ready_for(self, t: int):
         """Generator, before round t of a round-based protocol: True to run it; False when

@@ -62,6 +62,7 @@ class RoundsParams(LocalWorkParams):
 
 class Rounds(Protocol):
     name = "rounds"
+    charges_evaluation = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
