@@ -320,6 +320,7 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
             csv: Optional[Path] = typer.Option(None, "--csv", help="CSV to write (default: compare.csv beside the first DIR)")):
     """Compare runs: per condition, mean ± std over seeds of time and rounds to target,
     accuracy at a budget, AUC, straggler share, participation and delay figures."""
+    from analysis import fairness
     from analysis import metrics as M
     from analysis.load import load
     from analysis.report import comparison_table
@@ -344,16 +345,23 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     table = comparison_table(cmp, keys)
     wide = ["acc. at budget", "round time (s)", "particip. CV", "tau avg", "delta"]   # in the CSV
     table = table[[c for c in table.columns if c not in wide or (c == "acc. at budget" and budget is not None)]]
-    t = Table(title=f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
-                                              if (target is not None or study.target is not None) else ""),
-              title_justify="left")
-    for c in table.columns:
-        t.add_column(str(c), overflow="fold")
-    for row in table.itertuples(index=False):
-        t.add_row(*[str(v) for v in row])
-    out.print(t)
+    _print_frame(table, f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
+                                                  if (target is not None or study.target is not None) else ""))
+    names = fairness.groups(study)
+    if len(names) > 1:          # who took part (and whom the model serves), per device group
+        _print_frame(fairness.group_table(cmp, keys, names), "per device group: share of the clients, the data, "
+                     "the selections, the aggregated weight, the SGD steps; last evaluated client accuracy")
     cmp.to_csv(dest, index=False)
     out.print(f"wrote {dest}", highlight=False)
+
+
+def _print_frame(df, title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    for c in df.columns:
+        t.add_column(str(c), overflow="fold")
+    for row in df.itertuples(index=False):
+        t.add_row(*[str(v) for v in row])
+    out.print(t)
 
 
 @app.command()

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from . import invariants, outputs
+from .. import group_shares
 from ..scenario import schema as scenario
 from ..sim.world import World
 
@@ -64,6 +65,8 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         checks = invariants.check(world, metrics, clients)
         summary = summarize(world, metrics, clients, build_s, checks)
         summary["delay"] = delays
+        summary["participation_by_group"] = group_shares.over_run(
+            clients, [c.group for c in world.clients], world.tasks[0].client_sizes, [g.name for g in world.groups])
         summary.update(energy_summary(world, clients))
         summary.update(world.protocol.summary())
         for task in world.tasks:
