@@ -242,3 +242,35 @@ def test_quadratic_tasks_have_no_per_client_accuracy():
     from emulator.errors import ScenarioError
     with pytest.raises(ScenarioError, match="classification accuracy"):
         world({**quadratic_scenario(), "evaluation": {}})
+
+
+def test_multi_model_runs_evaluate_each_model_on_its_own_rows(run_in):
+    sc = tiny(**{"run.rounds": 3, "clients.count": 8})
+    wl = sc.pop("workload")
+    sc["workloads"] = [{"dataset": {"name": "synthetic", "alpha": 0.5, "beta": 0.5}, "model": {"name": "logreg"},
+                        "batch_size": 10, "algorithm": {"lr": 0.05}}, dict(wl, algorithm={"lr": 0.2})]
+    sc["protocol"] = {"name": "multi_model", "assignment": "mfa_rr", "local_steps": 5}
+    sc["evaluation"] = {"rows": "test"}
+    res = run_in(sc)
+    ce = pd.read_csv(res.run_dir / "client_eval.csv")
+    assert list(ce.columns[:3]) == ["evaluation", "round", "model"]
+    assert (ce.groupby(["model", "evaluation"]).size() == 8).all() and ce["evaluation"].max() == 3
+    for model, e in ce.groupby("model"):       # each model's rows: the synthetic devices' own, the digits split
+        assert e[e["evaluation"] == 0]["n"].sum() == len(world(sc).tasks[model].data.y_test)
+    m = res.metrics.dropna(subset=["test_acc"])
+    assert np.allclose(m["client_acc_wmean"], m["test_acc"], rtol=0, atol=1e-12)
+    sc["evaluation"] = {"charge": True}
+    from emulator.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="charge: true works under intervals, rounds"):
+        world(sc)
+
+
+def test_both_round_engines_record_the_same_charged_evaluation(run_in):
+    sc = two_groups(evaluation={"holdout": 0.3, "charge": True, "clients": 5})
+    runs = [run_in(dict(sc, protocol={**sc["protocol"], "engine": e}), name=e) for e in ("vector", "process")]
+    assert [r.summary["engine"] for r in runs] == ["vector", "process"]
+    for f in ("client_eval.csv", "clients.csv"):
+        a, b = (pd.read_csv(r.run_dir / f) for r in runs)
+        pd.testing.assert_frame_equal(a, b)
+    cols = [c for c in runs[0].metrics.columns if "wall" not in c]
+    pd.testing.assert_frame_equal(runs[0].metrics[cols], runs[1].metrics[cols])
