@@ -104,14 +104,19 @@ def accuracy_cdf(study, ax=None, out=None):
         _note(ax, NO_EVAL)
     else:
         keys = ["run", "model"] if "model" in ce else ["run"]
+        low = 1.0
         for i, (key, e) in enumerate(ce.groupby(keys, sort=False)):
             last = e[e["evaluation"] == e["evaluation"].max()].sort_values("acc")
             y = np.arange(1, len(last) + 1) / len(last)
             label = " · ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-            ax.step(last["acc"], y, where="post", color="#444", ls=RUN_STYLES[i % 4], lw=1.2, label=label)
+            ax.step(np.r_[last["acc"].iloc[0], last["acc"]], np.r_[0, y], where="post", color="#444",
+                    ls=RUN_STYLES[i % 4], lw=1.2, label=label)
             ax.scatter(last["acc"], y, s=14, zorder=3, c=[colours.get(str(g), "#999") for g in last["group"]])
-        ax.legend(title="run", fontsize=7, title_fontsize=8, loc="upper left")
-        ax.set_xlim(-0.02, 1.02)
+            low = min(low, float(last["acc"].min()))
+        runs = ax.legend(title="run", fontsize=7, title_fontsize=8, loc="upper left")
+        _legend(ax, colours, outside=True)
+        ax.add_artist(runs)
+        ax.set_xlim(max(0.0, low - 0.05), 1.0 + 0.01)           # the clients' range: a spread of a few % shows
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("client accuracy at the last evaluation")
         ax.set_ylabel("share of clients at or below")

@@ -41,10 +41,11 @@ def over_run(clients: pd.DataFrame, group_of, samples, groups) -> dict:
     samples = np.asarray(samples, dtype=np.float64)
     n = pd.Series(1.0, index=range(len(group_of))).groupby(group_of).sum().reindex(groups, fill_value=0.0)
     data = pd.Series(samples).groupby(group_of).sum().reindex(groups, fill_value=0.0)
-    rows = _amounts(clients).groupby(group_of[clients["client"].to_numpy()]).sum().reindex(groups, fill_value=0.0)
+    ids = clients["client"].to_numpy(dtype=np.int64)          # (an empty frame's column holds objects)
+    rows = _amounts(clients).groupby(group_of[ids]).sum().reindex(groups, fill_value=0.0)
     share = _shares(rows)
     picked = np.zeros(len(group_of), dtype=bool)
-    picked[clients.loc[clients["selected"].astype(bool), "client"].to_numpy()] = True
+    picked[ids[clients["selected"].to_numpy(dtype=bool)]] = True
     never = pd.Series(~picked).groupby(group_of).mean().reindex(groups)
     out = {}
     for g in groups:
@@ -61,7 +62,7 @@ def per_round(clients: pd.DataFrame, group_of, groups) -> pd.DataFrame:
     and steps (NaN where the round had none)."""
     group_of = np.asarray(group_of, dtype=object)
     a = _amounts(clients)
-    a["round"], a["group"] = clients["round"].to_numpy(), group_of[clients["client"].to_numpy()]
+    a["round"], a["group"] = clients["round"].to_numpy(), group_of[clients["client"].to_numpy(dtype=np.int64)]
     sums = a.groupby(["round", "group"])[list(MEASURES)].sum()
     full = pd.MultiIndex.from_product([sorted(a["round"].unique()), list(groups)], names=["round", "group"])
     sums = sums.reindex(full, fill_value=0.0)

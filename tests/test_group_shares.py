@@ -69,3 +69,11 @@ def test_compare_shows_the_summarys_shares(deadline_run, tmp_path):
     r = CliRunner().invoke(app, ["compare", str(deadline_run.run_dir), "--csv", str(tmp_path / "c.csv")])
     assert r.exit_code == 0, r.output
     assert "per device group" in r.output and f"{100 * s['slow']['selected']:.1f} %" in r.output
+
+
+def test_a_run_without_rows_has_client_and_data_shares_and_no_participation():
+    empty = pd.DataFrame(columns=["round", "client", "available", "selected", "steps", "weight"])   # object columns
+    s = G.over_run(empty, ["a", "a", "b"], [1, 1, 2], ["a", "b"])
+    assert s["a"]["clients"] == pytest.approx(2 / 3) and s["b"]["data"] == pytest.approx(0.5)
+    assert all(np.isnan(s[g][m]) for g in "ab" for m in ("selected", "weight", "steps"))
+    assert s["a"]["never"] == 1.0 and G.per_round(empty, ["a", "a", "b"], ["a", "b"]).empty

@@ -13,8 +13,6 @@ import torch
 from .. import fairness
 from ..workloads.evaluate import PerClientEval
 
-COLUMNS = ("evaluation", "round", "virtual_time", "client", "group", "n", "loss", "acc")
-
 
 class ClientEvaluation:
     """The run's per-client evaluation: one `PerClientEval` per model; evaluation k of model
@@ -76,8 +74,8 @@ class ClientEvaluation:
         col = log.extra.get("eval_time")
         if col is None:
             col = log.extra["eval_time"] = np.zeros(log.n)
-        have = clients if log.ids is None else clients[np.isin(clients, log.ids)]
-        col[log.positions(have)] = secs[np.isin(clients, have)] if log.ids is not None else secs
+        row = np.ones(len(clients), bool) if log.ids is None else np.isin(clients, log.ids)
+        col[log.positions(clients[row])] = secs[row]
         slowest = float(secs.max()) if len(secs) else 0.0
         if not math.isfinite(slowest):
             bad = int(clients[~np.isfinite(secs)][0])

@@ -37,6 +37,8 @@ CLIENT_COLUMNS = {  # name -> (dtype, default)
     "bytes_down": (np.int64, 0),
 }
 
+#: client_eval.csv (per-client evaluation, sim/client_evaluation.py; multi-model runs add `model`)
+EVAL_COLUMNS = ("evaluation", "round", "virtual_time", "client", "group", "n", "loss", "acc")
 
 ROUND, JOB, IDLE = "round", "job", "idle"      # RoundLog kinds (module docstring)
 
@@ -208,21 +210,20 @@ class Recorder:
         return pd.concat(frames, ignore_index=True)
 
     def client_eval(self, columns: dict, task: int = 0) -> None:
-        """One per-client evaluation's rows (sim/client_evaluation.py: COLUMNS)."""
+        """One per-client evaluation's rows (`EVAL_COLUMNS`)."""
         self.client_evals.append((task, columns))
 
     def client_eval_frame(self) -> pd.DataFrame:
         """client_eval.csv: every per-client evaluation in order (multi-model runs: a `model`
         column after `round`)."""
-        from .client_evaluation import COLUMNS
         frames = []
         for task, cols in self.client_evals:
-            f = pd.DataFrame(cols, columns=COLUMNS)
+            f = pd.DataFrame(cols, columns=EVAL_COLUMNS)
             if self.multi_model:
                 f.insert(2, "model", task)
             frames.append(f)
         if not frames:
-            return pd.DataFrame(columns=list(COLUMNS[:2]) + (["model"] if self.multi_model else []) + list(COLUMNS[2:]))
+            return pd.DataFrame(columns=[*EVAL_COLUMNS[:2], *(["model"] if self.multi_model else []), *EVAL_COLUMNS[2:]])
         return pd.concat(frames, ignore_index=True)
 
     def events_frame(self) -> pd.DataFrame:
