@@ -17,7 +17,7 @@ def _clients(v):
     if v == "all":
         return v
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"must be `all` or a positive integer (a sample of that many clients per evaluation)")
+        raise ValueError("must be `all` or a positive integer (a sample of that many clients per evaluation)")
     return v
 
 
