@@ -39,6 +39,8 @@ CLIENT_COLUMNS = {  # name -> (dtype, default)
     "bytes_down": (np.int64, 0),
 }
 
+#: client_eval.csv (per-client evaluation, sim/client_evaluation.py; multi-model runs add `model`)
+EVAL_COLUMNS = ("evaluation", "round", "virtual_time", "client", "group", "n", "loss", "acc")
 
 ROUND, JOB, IDLE = "round", "job", "idle"      # RoundLog kinds (module docstring)
 
@@ -156,6 +158,7 @@ class Recorder:
         self.events: Optional[list] = [] if events else None
         self._late: dict = {}           # model -> (up, down) bytes its next metrics row counts (`late_bytes`)
         self.phases = False             # ROUND logs keep each row's phase seconds (RoundLog.phases)
+        self.client_evals: list = []      # (model, columns) of each per-client evaluation (client_eval.csv)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
@@ -217,6 +220,23 @@ class Recorder:
             if self.multi_model:
                 f.insert(2, "model", log.task)
             frames.append(f)
+        return pd.concat(frames, ignore_index=True)
+
+    def client_eval(self, columns: dict, task: int = 0) -> None:
+        """One per-client evaluation's rows (`EVAL_COLUMNS`)."""
+        self.client_evals.append((task, columns))
+
+    def client_eval_frame(self) -> pd.DataFrame:
+        """client_eval.csv: every per-client evaluation in order (multi-model runs: a `model`
+        column after `round`)."""
+        frames = []
+        for task, cols in self.client_evals:
+            f = pd.DataFrame(cols, columns=EVAL_COLUMNS)
+            if self.multi_model:
+                f.insert(2, "model", task)
+            frames.append(f)
+        if not frames:
+            return pd.DataFrame(columns=[*EVAL_COLUMNS[:2], *(["model"] if self.multi_model else []), *EVAL_COLUMNS[2:]])
         return pd.concat(frames, ignore_index=True)
 
     def events_frame(self) -> pd.DataFrame:

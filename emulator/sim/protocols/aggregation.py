@@ -121,7 +121,7 @@ class Aggregating:
         w = self.world
         w.rounds_done = max(w.rounds_done, t)
         row, train_loss = self.metrics_row(task, t, arrivals, log, extra)
-        done = Aggregated(task, t, row, train_loss)
+        done = Aggregated(task, t, row, train_loss, log=log)
         for callback in self.before_record:
             callback(w, done)
         w.recorder.metric(row)
@@ -166,13 +166,14 @@ class Aggregating:
 class Aggregated:
     """What an after-aggregation callback sees: the model's task, the round, the metrics row
     being built (a `before_record` callback may add columns), the round's train loss (None:
-    no arrival reported one), and the divergence found (None: none)."""
+    no arrival reported one), the divergence found (None: none) and the round's log."""
 
     task: object
     round: int
     row: dict
     train_loss: Optional[float]
     diverged: Optional[DivergedError] = None
+    log: object = None
 
 
 def check_divergence(world, done: Aggregated) -> None:
@@ -185,7 +186,8 @@ def check_divergence(world, done: Aggregated) -> None:
 
 def evaluate_when_due(world, done: Aggregated) -> None:
     """Evaluate every `run.eval_every` rounds (or at the first aggregation at or after each
-    point of the `eval_every_seconds` grid) and at the last round, unless diverged."""
+    point of the `eval_every_seconds` grid) and at the last round, unless diverged; the
+    clients' own evaluation (`evaluation:`) goes with the global one."""
     run, t, now = world.sc.run, done.round, world.env.now
     last = run.rounds is not None and t >= run.rounds
     due = t % run.eval_every == 0
@@ -196,6 +198,7 @@ def evaluate_when_due(world, done: Aggregated) -> None:
             world.next_eval_k += 1
     if done.diverged is None and (due or last):
         done.row.update(world.evaluate(done.task))
+        done.row.update(world.evaluate_clients(done.task, done.round, done.log))
 
 
 def keep_last_good(world, done: Aggregated) -> None:

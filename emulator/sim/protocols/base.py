@@ -87,6 +87,9 @@ class Protocol(Pieces, Aggregating, ABC):
     multi_model = False
     #: records one clients.csv row per client job (JOB logs, sim/recorder.py), not per round
     records_per_job = False
+    #: pauses between rounds for a charged per-client evaluation (`evaluation.charge`,
+    #: docs/fairness.md): its loop calls `hold_for_evaluation` after each aggregation
+    charges_evaluation = False
 
     def __init__(self, world, params):
         self.world = world
@@ -98,6 +101,7 @@ class Protocol(Pieces, Aggregating, ABC):
         self.selector = None            # a protocol with `select` sets it (selecting.py: `Selecting`)
         self.selection_weights = None   # {client: weight} of the round's selection, when it gives them
         self.open_sheets = OpenSheets()  # outcome sheets not yet closed (work.py: `open_sheet`)
+        self.evaluation_wait = 0.0      # seconds a charged evaluation holds the next round (`hold_for_evaluation`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
@@ -186,7 +190,15 @@ class Protocol(Pieces, Aggregating, ABC):
             t += 1
             if (yield from each(t)):
                 break
+            yield from self.hold_for_evaluation()
         return True
+
+    def hold_for_evaluation(self):
+        """Generator, after an aggregation: a charged per-client evaluation ran on it; the next
+        round starts when its slowest client has finished (docs/fairness.md, "Charged")."""
+        wait, self.evaluation_wait = self.evaluation_wait, 0.0
+        if wait > 0:
+            yield self.env.timeout(wait)
 
     def ready_for(self, t: int):
         """Generator, before round t of a round-based protocol: True to run it; False when

@@ -72,6 +72,7 @@ class IntervalsParams(Params, SelectingProtocol):
 
 class Intervals(Protocol):
     name = "intervals"
+    charges_evaluation = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
@@ -129,6 +130,7 @@ class Intervals(Protocol):
         while not w.should_stop():
             t += 1
             yield from self.interval(t)
+            yield from self.hold_for_evaluation()
 
     def interval(self, t: int):
         w, env, p = self.world, self.env, self.p

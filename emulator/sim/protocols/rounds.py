@@ -67,6 +67,7 @@ class RoundsParams(LocalWorkParams, SelectingProtocol):
 
 class Rounds(Protocol):
     name = "rounds"
+    charges_evaluation = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
