@@ -9,8 +9,9 @@ runs (CLI, Python API, sweep workers local and on Ray, replays):
 - `--plugin FILE_OR_MODULE` on the command line (files relative to the working directory);
 - installed packages declaring the entry-point group `flemu.plugins` (loaded with the built-ins).
 
-A loaded file plugin is recorded by its absolute path (`config.yaml` then replays from any
-folder) and its text is kept, so that a sweep can ship it with each Ray task: a worker node
+A loaded file plugin is recorded by its absolute path and its hash (`config.yaml` then
+replays from any folder, and a replay never runs a plugin whose text changed unless trusted:
+emulator/scenario/inputs.py) and its text is kept, so that a sweep can ship it with each Ray task: a worker node
 runs the shipped text (`receive`), never needing the file itself. A failed import is one
 `ScenarioError` naming the plugin and the YAML path that named it.
 """
