@@ -181,3 +181,19 @@ def test_a_changed_plugin_is_never_imported_unless_trusted(tmp_path):
     assert marker.read_text() == "v2"
     pd.testing.assert_frame_equal(no_wall(moved / "runs" / "rp" / "metrics.csv"),
                                   no_wall(tmp_path / "new" / "metrics.csv"))
+
+
+def test_no_path_from_the_run_directory_when_only_the_root_holds_both(tmp_path):
+    """A run directory far from the study (another tree): `relative` would climb to / and
+    back; it is left out, so a replay relies on the absolute path (and the golden check's
+    config.yaml does not depend on where the temporary folder is)."""
+    from emulator.scenario import inputs, schema
+    d = project(tmp_path)
+    sc = schema.load(d / "sc.yaml")
+    inputs.settle(sc, d / "runs" / "x")
+    assert sc.inputs.files["workload.dataset.path"].relative == "../../data/blobs.npz"
+    inputs.settle(sc, tmp_path / "out")                # the folder holding both: tmp_path
+    assert sc.inputs.files["workload.dataset.path"].relative == "../proj/data/blobs.npz"
+    inputs.settle(sc, "/x-flemu-elsewhere/run")        # only / holds both (nothing is written)
+    assert sc.inputs.files["workload.dataset.path"].relative is None
+    assert sc.inputs.files["workload.dataset.path"].file == str(d / "data" / "blobs.npz")

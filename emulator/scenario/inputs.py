@@ -4,7 +4,8 @@
 A run reads data files (`npz`, `mnist_idx`), trace files (compute, link and availability
 traces) and plugins. Its config.yaml records each in `inputs.files`, keyed by the YAML path
 that names it: the kind, the absolute path, the path relative to the run directory (for a
-file under the scenario's folder, `inputs.folder`) and the file's SHA-256.
+file in the folder that holds both the scenario's folder, `inputs.folder`, and the run
+directory: a study folder that travels whole) and the file's SHA-256.
 
 Loading a scenario that carries `inputs` (`flemu run runs/x/config.yaml`, from any folder)
 finds each file again, first by its path relative to the folder of the file being loaded,
@@ -35,7 +36,7 @@ class InputFile(Params):
     """One file the run read."""
     kind: Literal["data", "trace", "plugin"] = Field(description="data file, trace file or plugin")
     file: str = Field(description="its absolute path when the run was made")
-    relative: Optional[str] = Field(None, description="its path from the run directory (a file under the scenario's folder)")
+    relative: Optional[str] = Field(None, description="its path from the run directory (a file in the folder holding both the scenario and the run directory)")
     sha256: Optional[str] = Field(None, description="SHA-256 of its bytes (a module plugin: of its file)")
 
 
@@ -105,14 +106,20 @@ def record(sc, found: dict, folder) -> None:
     sc.inputs = Inputs(folder=str(folder) if folder else None, files=files) if files else None
 
 
-def _under(file: str, folder: str) -> bool:
-    return Path(file).is_relative_to(folder)
+def _study(folder: Optional[str], run_dir: str) -> Optional[Path]:
+    """The folder holding both the scenario's folder and the run directory (a study that
+    travels whole); None when only the filesystem root holds both."""
+    if not folder:
+        return None
+    top = Path(os.path.commonpath([folder, run_dir]))
+    return None if top == Path(top.anchor) else top
 
 
 def settle(sc, out_dir) -> None:
     """What config.yaml records for a replay once the run directory is known: each input
-    file under the scenario's folder by its path from the run directory, and the torch
-    thread count the run uses (`executor.threads`, when the scenario left it to torch)."""
+    file under the folder holding the scenario's folder and the run directory by its path
+    from the run directory, and the torch thread count the run uses (`executor.threads`,
+    when the scenario left it to torch)."""
     ex = sc.executor
     if "threads" in type(ex).model_fields and ex.threads is None:
         import torch
@@ -121,8 +128,9 @@ def settle(sc, out_dir) -> None:
     if rec is None:
         return
     run_dir = os.path.abspath(out_dir)
+    top = _study(rec.folder, run_dir)
     for e in rec.files.values():
-        e.relative = os.path.relpath(e.file, run_dir) if rec.folder and _under(e.file, rec.folder) else None
+        e.relative = os.path.relpath(e.file, run_dir) if top and Path(e.file).is_relative_to(top) else None
 
 
 # --------------------------------------------------------------------------- replaying
