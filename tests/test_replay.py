@@ -197,3 +197,31 @@ def test_no_path_from_the_run_directory_when_only_the_root_holds_both(tmp_path):
     inputs.settle(sc, "/x-flemu-elsewhere/run")        # only / holds both (nothing is written)
     assert sc.inputs.files["workload.dataset.path"].relative is None
     assert sc.inputs.files["workload.dataset.path"].file == str(d / "data" / "blobs.npz")
+
+
+def test_a_changed_module_plugin_is_found_without_importing_it_and_refused(tmp_path):
+    """A module plugin (`plugins: [algos_mod]`, beside the scenario): a fresh process replaying
+    the moved study finds the module's file without importing it, and refuses it changed."""
+    from test_plugins import flemu_process
+    d = project(tmp_path, plugin=True)
+    (d / "algos.py").rename(d / "algos_mod.py")
+    sc = yaml.safe_load((d / "sc.yaml").read_text())
+    sc["plugins"] = ["algos_mod"]
+    (d / "sc.yaml").write_text(yaml.safe_dump(sc))
+    assert flemu("run", "sc.yaml", "-q", cwd=d).returncode == 0
+    cfg = yaml.safe_load((d / "runs" / "rp" / "config.yaml").read_text())
+    assert cfg["plugins"] == ["algos_mod"]
+    assert cfg["inputs"]["files"]["plugins[0]"]["sha256"] == sha(d / "algos_mod.py")
+    moved = tmp_path / "moved"
+    shutil.move(d, moved)
+    (moved / "imported.txt").unlink()
+    (moved / "algos_mod.py").write_text(PLUGIN.format(tag="v2"))
+    config = moved / "runs" / "rp" / "config.yaml"
+    r = flemu_process("run", config, "-q", "--out", tmp_path / "new", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "--trust-changed-plugins algos_mod" in " ".join(r.stderr.split())
+    assert not (moved / "imported.txt").exists() and not (tmp_path / "new").exists()
+    r = flemu_process("run", config, "-q", "--out", tmp_path / "new", "--trust-changed-plugins", "algos_mod",
+                      cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (moved / "imported.txt").read_text() == "v2"

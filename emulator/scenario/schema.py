@@ -303,11 +303,11 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raise
     if seed is not None:
         raw["seed"] = int(seed)
-    opts = replay or inputs.Replay()
+    opts, replaying = replay or inputs.Replay(), "inputs" in raw
     expect, folder = inputs.check(raw, Path(src).resolve().parent if src else None, opts, src)
-    folder = folder if folder and Path(folder).is_dir() else base_dir
+    folder = folder if replaying else base_dir      # a replay keeps its scenario's folder
     from ..plugins import load_for
-    load_for(raw, plugins, folder, src, expect, opts.trust)
+    load_for(raw, plugins, folder if folder and Path(folder).is_dir() else base_dir, src, expect, opts.trust)
     S = schema()
     found: dict = {}
     try:
