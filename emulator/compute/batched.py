@@ -73,8 +73,8 @@ class BatchedExecutor(SequentialExecutor):
     name = "batched"
     params_type = BatchedParams
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         self.chunk = self.params.chunk
         if self.name == "batched":
             stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
@@ -281,15 +281,10 @@ class AutoExecutor(BatchedExecutor):
     name = "auto"
     params_type = AutoParams
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         self.rule = self.params
         self._macs = {}
-
-    def default_workers(self) -> int:
-        """On a CPU, the jobs `auto` does not stack run on as many threads as torch has
-        (each with one torch thread): measured in benchmarks/auto_rule.py."""
-        return torch.get_num_threads() if self.device.type == "cpu" else 1
 
     def stack_why(self) -> str:
         return "auto: stacking pays here (a GPU, or at least min_jobs small jobs on a CPU)"
@@ -315,4 +310,4 @@ register("executor", "batched", BatchedParams,
          "same results as sequential", BatchedExecutor)
 register("executor", "auto", AutoParams,
          "per group of jobs, batched or sequential from the model size, job count and device; on a CPU "
-         "the jobs it does not stack train on `workers` threads at once (default: the torch threads)", AutoExecutor)
+         "the jobs it does not stack train on `workers` threads at once", AutoExecutor)

@@ -4,11 +4,10 @@
 the job is read (`lazy.resolve`), then `run(futures)` computes a whole level of needed jobs
 together. `SequentialExecutor` is the reference semantics: a plain loop over jobs and steps.
 
-On a CPU it can train `workers` clients at once, each on its own Python thread with one
-torch thread (`JobThreads`): small convolutions use two intra-op threads poorly, while two
-clients on one thread each keep both cores busy (torch releases the GIL inside its kernels).
-With `workers` > 1 every job trains on one torch thread, a job alone in its level too
-(asynchronous protocols resolve one job at a time).
+On a CPU it trains `workers` clients at once, each on its own Python thread with `threads`
+torch threads (`JobThreads`; by default one thread, and as many workers as the run has
+cores: compute/threads.py says why). A job trains on `threads` torch threads whether it ran
+alone or beside others, so a run's numbers depend on `threads`, never on `workers`.
 Each job computes exactly what the loop computes (its own batches, its own vectors); each
 worker runs its own replica of the module, since `functional_call` swaps a module's
 parameters while it runs.
@@ -32,16 +31,17 @@ from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, 
                    probe_estimates)
 from .lazy import force
 from .paths import PROBE_KIND, PathLog
-from .threads import JobThreads
+from .threads import JobThreads, default_workers
 from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
 from .user_training import JobBatches, OptimizerSteps, train_function
 
 
 class ExecutorParams(Params):
     device: str = Field("auto", description="auto | cpu | cuda[:n]")
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
-    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on one torch "
-                                   "thread (default: 1; auto: the torch threads)")
+    threads: int = Field(1, ge=1, description="torch CPU threads of each job and of evaluation: a run's numbers "
+                         "depend on it (default 1: fast on a busy machine too, docs/performance.md)")
+    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on its own Python "
+                                   "thread with `threads` torch threads (default: the run's cores / threads)")
     dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
 
     @field_validator("device")
@@ -111,7 +111,10 @@ class Executor:
     #: an executor given none runs on this class's defaults
     params_type: ClassVar[type[ExecutorParams]] = ExecutorParams
 
-    def __init__(self, tasks: dict, streams, device: torch.device, params: Optional[ExecutorParams] = None):
+    def __init__(self, tasks: dict, streams, device: torch.device, params: Optional[ExecutorParams] = None,
+                 cpus: Optional[int] = None):
+        """`cpus`: the cores this run may use (default: torch's thread count, i.e. OMP_NUM_THREADS
+        or the machine's cores); `workers` defaults from it (compute/threads.py)."""
         self.tasks = tasks
         self.streams = streams
         self.device = device
@@ -121,6 +124,7 @@ class Executor:
             raise TypeError(f"{type(self).__name__} reads {self.params_type.__name__}, "
                             f"not {type(params).__name__}")
         self.params = params          # the scenario's executor block
+        self.cpus = int(cpus) if cpus is not None else torch.get_num_threads()
         self.stats = ExecutorStats()
         self.paths = PathLog()        # which path each job kind took, and why (summary.json)
 
@@ -262,15 +266,17 @@ class SequentialExecutor(Executor):
     #: why a job ran on the loop (summary.json executor_paths)
     LOOP_WHY = "sequential executor: one job after another"
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         w = self.params.workers
         self.workers = w if w is not None else self.default_workers()
-        self._threads = JobThreads(self.workers) if self.workers > 1 and device.type == "cpu" else None
+        self._threads = (JobThreads(self.workers, self.params.threads)
+                         if self.workers > 1 and device.type == "cpu" else None)
 
     def default_workers(self) -> int:
-        """Clients trained at once when the scenario does not say (`auto` overrides this)."""
-        return 1
+        """Clients trained at once when the scenario does not say: the run's cores / `threads`
+        on a CPU, 1 on a GPU (compute/threads.py)."""
+        return default_workers(self.cpus, self.params.threads) if self.device.type == "cpu" else 1
 
     def run(self, futures):
         self.run_loop(futures, [self.LOOP_WHY] * len(futures))
