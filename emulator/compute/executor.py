@@ -259,7 +259,8 @@ class SgdSteps:
 
 
 class SequentialExecutor(Executor):
-    """The reference: one job after another, one step after another."""
+    """The reference: one job after another, one step after another (on a CPU, `workers` jobs
+    at once on their own threads, each computed exactly as the loop computes it)."""
 
     name = "sequential"
     params_type = SequentialParams
