@@ -4,6 +4,7 @@
     study.summary    # one row per run: run, <swept values>, seed, status, summary figures
     study.metrics    # metrics.csv of every run, with run, <swept values>, seed in front
     study.clients    # clients.csv of every run (+ the client's device group), same keys
+    study.client_eval  # client_eval.csv of every run with per-client evaluation, same keys
 
 Swept values come from the sweep's index (sweep.csv, listed in sweep.json). A plain run
 directory becomes one row with its directory name as `run`. Every frame has a `condition`
@@ -32,6 +33,8 @@ class Run:
     metrics: pd.DataFrame
     clients: pd.DataFrame
     summary: dict
+    client_eval: pd.DataFrame = field(default_factory=pd.DataFrame)   # client_eval.csv (empty: none)
+    partition: pd.DataFrame = field(default_factory=pd.DataFrame)     # partition.csv (empty: none)
 
     @property
     def name(self) -> str:
@@ -52,8 +55,10 @@ def is_sweep_dir(path) -> bool:
 NUMERIC = {"metrics.csv": ("round", "model", "virtual_time", "wall_time", "participants", "selected", "dropped",
                            "bytes_up", "bytes_down", "train_loss", "test_acc", "test_loss", "round_time", "tau"),
            "clients.csv": ("round", "client", "steps", "compute_time", "comm_time", "weight", "bytes_up",
-                           "bytes_down", "energy_j")}
-REQUIRED = {"metrics.csv": ("round", "virtual_time")}
+                           "bytes_down", "energy_j", "eval_time"),
+           "client_eval.csv": ("evaluation", "round", "virtual_time", "client", "n", "loss", "acc")}
+REQUIRED = {"metrics.csv": ("round", "virtual_time"),
+            "client_eval.csv": ("evaluation", "round", "virtual_time", "client", "group", "n", "acc")}
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -101,7 +106,9 @@ def load_run(path, clients: bool = True) -> Run:
         if not isinstance(cfg, dict):
             raise ValueError(f"{p / 'config.yaml'}: a config is a YAML mapping, got {type(cfg).__name__}")
     cl = read_table(p / "clients.csv") if clients and (p / "clients.csv").exists() else pd.DataFrame()
-    return Run(p, cfg, read_table(p / "metrics.csv"), cl, read_summary(p / "summary.json"))
+    ce = read_table(p / "client_eval.csv") if (p / "client_eval.csv").exists() else pd.DataFrame()
+    part = read_table(p / "partition.csv") if clients and (p / "partition.csv").exists() else pd.DataFrame()
+    return Run(p, cfg, read_table(p / "metrics.csv"), cl, read_summary(p / "summary.json"), ce, part)
 
 
 @dataclass
@@ -114,6 +121,7 @@ class Study:
     clients: pd.DataFrame
     runs: dict = field(default_factory=dict)     # run -> Run (config, summary; frames are in the study)
     meta: dict = field(default_factory=dict)     # sweep.json of a single sweep folder
+    client_eval: pd.DataFrame = field(default_factory=pd.DataFrame)   # client_eval.csv of every run, keyed
 
     @property
     def kind(self) -> str:
@@ -189,7 +197,7 @@ def load(paths, clients: bool = True) -> Study:
         else:
             raise FileNotFoundError(f"{p} is neither a run directory (summary.json, metrics.csv) "
                                     f"nor a sweep folder (sweep.csv)")
-    rows, mframes, cframes, runs = [], [], [], {}
+    rows, mframes, cframes, eframes, runs = [], [], [], [], {}
     names = [str(d.name) for d, _, _ in entries]
     for d, values, irow in entries:
         rid = d.name if names.count(d.name) == 1 else str(d)
@@ -214,6 +222,9 @@ def load(paths, clients: bool = True) -> Study:
             clash = lambda f: f.rename(columns={k: f"{k}_run" for k in keys if k in f.columns})  # noqa: E731
             m = clash(runs[rid].metrics.copy())
             mframes.append(m.assign(**keys)[[*keys, *m.columns]])
+            if len(runs[rid].client_eval):
+                e = clash(runs[rid].client_eval.copy())
+                eframes.append(e.assign(**keys)[[*keys, *e.columns]])
             if clients and len(runs[rid].clients):
                 c = runs[rid].clients.copy()
                 part = d / "partition.csv"
@@ -234,4 +245,4 @@ def load(paths, clients: bool = True) -> Study:
         f.insert(len(axes) + 2, "condition", f["run"].map(cond))
         return f
     return Study(paths, axes, summary, with_condition(mframes), with_condition(cframes) if clients else pd.DataFrame(),
-                 runs, meta)
+                 runs, meta, with_condition(eframes))

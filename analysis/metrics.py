@@ -18,6 +18,8 @@ over seeds per condition. Definitions:
   time (`reference="second"`: after all but the slowest one had finished). 0 for `async`
   and `intervals` (T-SFL), whose server never waits on a client.
 - participation: aggregations each client was in (weight > 0), availability, drops.
+- who the model serves (analysis/fairness.py, docs/fairness.md): the last evaluation's
+  client_acc_* / acc_group_<g> (client_eval.csv), per group share_<measure>_<g> (clients.csv).
 - FedSUM delay metrics (docs/algorithms/fedsum.md 2.1): tau^t = t - min_i s_i^t from the weight > 0 sets.
 - T-SFL heterogeneity degree delta = population variance of tau over clients (docs/algorithms/tsfl.md
   fn. 1): the protocol's `heterogeneity` column where recorded (intervals), else the
@@ -32,6 +34,8 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
+
+from . import fairness
 
 NAN = float("nan")
 
@@ -163,11 +167,11 @@ def participation_stats(clients: pd.DataFrame, protocol: Optional[str] = None) -
 
 def delay_stats(clients: pd.DataFrame, num_clients: Optional[int] = None, rounds=None) -> dict:
     """FedSUM delay metrics from clients.csv (active set of aggregation t: weight > 0):
-    per-round tau, tau_max, tau_avg (emulator.participation.delay_metrics). `rounds`: the
+    per-round tau, tau_max, tau_avg (emulator.measures.participation.delay_metrics). `rounds`: the
     aggregations (metrics.csv rounds >= 1; default every round in clients.csv), so rows of
     work no aggregation used (a lost async job) are not counted as rounds; `num_clients`:
     the fleet size (default: the largest client id + 1)."""
-    from emulator.participation import delay_metrics
+    from emulator.measures.participation import delay_metrics
     if clients is None or clients.empty:
         return {"tau": np.zeros(0, int), "tau_max": 0, "tau_avg": 0.0}
     n = num_clients or int(clients["client"].max()) + 1
@@ -256,6 +260,7 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
         horizon = budget if budget is not None else (float(done["virtual_time"].min()) if len(done) else None)
     mg = dict(tuple(study.metrics.groupby("run"))) if len(study.metrics) else {}
     cg = dict(tuple(study.clients.groupby("run"))) if len(study.clients) else {}
+    eg = dict(tuple(study.client_eval.groupby("run"))) if len(study.client_eval) else {}
     rows = []
     for _, r in s.iterrows():
         row = {k: r.get(k) for k in study.keys()}
@@ -279,7 +284,9 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
                 row["model"] = int(model)
                 m = m_all[m_all["model"] == model]
                 c = c_all[c_all["model"] == model] if "model" in c_all else c_all
-            rows.append(_run_row(row, m, c, run, proto, target, budget, horizon))
+            row = _run_row(row, m, c, run, proto, target, budget, horizon)
+            row.update(fairness.run_columns(run, eg.get(r["run"]), c, model))     # who the model serves
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -327,6 +334,7 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
     if "model" in pr and pr["model"].notna().any() and "model" not in by:
         by = by + ["model"]                        # multi-model runs: every model, not model 0
     rows = []
+    extra = [k for k in pr.columns if k.startswith(fairness.PREFIXES)]    # per device group: dynamic
     for key, g in pr.groupby(by, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
@@ -335,7 +343,7 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
         row["failed"] = int((~g["status"].isin(["complete", "diverged", "stalled", "stopped"])).sum())
         if "time_to_target" in g:
             row["reached"] = int(ok["time_to_target"].notna().sum())
-        for k in COMPARE_METRICS:
+        for k in COMPARE_METRICS + extra:
             if k in ok and ok[k].notna().any():
                 v = pd.to_numeric(ok[k], errors="coerce")
                 row[f"{k}_mean"] = float(v.mean())

@@ -7,7 +7,9 @@ beside its PNG figures.
 Contents: what was run (the base scenario in a few lines, the swept values, seeds, how many
 runs finished or failed), the comparison table (mean ± std over seeds per condition), the
 figures (accuracy and loss vs virtual time and vs rounds, time to target, round-latency
-breakdown, local steps per client, participation rasters), failures with their errors,
+breakdown, local steps per client, participation rasters), who the model serves (per device
+group: shares of the clients, data, selections, weight and steps; accuracy against virtual
+time and the per-client accuracy CDFs, one colour per group), failures with their errors,
 every run's metrics, and the definitions of the metrics. Every figure is also written as
 PNG and SVG under `figures/` next to the report.
 """
@@ -25,6 +27,7 @@ import pandas as pd
 
 from emulator.runs import outputs
 
+from . import fairness_plots as FP
 from . import metrics as M
 from . import plots as P
 from .load import Study, load
@@ -44,6 +47,7 @@ DEFINITIONS = [
     ("particip. CV", "coefficient of variation over clients of the share of aggregations each client was in (0: everyone equally)"),
     ("tau avg", "FedSUM delay metric: mean over aggregations of t - (oldest last-aggregation round among clients)"),
     ("delta", "T-SFL heterogeneity degree: population variance over clients of the local iterations tau, mean over aggregations"),
+    ("per device group", "its share of the clients, of the training data, of the selected rows, of the aggregation weight (weight > 0) and of the SGD steps in clients.csv; accuracy: the mean accuracy of its clients at the last evaluation, each on its own local test rows (client_eval.csv)"),
 ]
 
 
@@ -223,6 +227,7 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     keys = (study.axes if study.axes else ["condition"])
     table = comparison_table(cmp, keys)
     figs = _figures(study, fig_dir, target, per_run) if figures else []
+    serves = FP.report_section(study, fig_dir, cmp, keys) if figures else None    # who the model serves
     failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled", "stopped"])]
     first = next(iter(study.runs.values()), None)
     title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
@@ -230,9 +235,9 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     scen = scenario_section(study)
     runs = every_run_table(per_run, study.axes)
     if fmt == "md":
-        text = _markdown(title, facts, scen, table, figs, failed, runs, out)
+        text = _markdown(title, facts, scen, table, figs, failed, runs, out, serves)
     else:
-        text = _html(title, facts, scen, table, figs, failed, runs)
+        text = _html(title, facts, scen, table, figs, failed, runs, serves)
     out.write_text(f"{outputs.REPORT_MARK}\n{text}")    # the mark: flemu may replace it next time
     return out
 
@@ -284,7 +289,18 @@ th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}figure{margi
 img{max-width:100%}.err{color:#b00}.wide{overflow-x:auto}table.runs td{font-size:.95em}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}"""
 
 
-def _html(title, facts, scen, table, figs, failed, runs) -> str:
+def _html_figures(figs, e) -> list:
+    parts = []
+    for t, p, cap in figs:
+        if p is None:
+            parts.append(f"<p><b>{e(t)}</b>: {e(cap)}</p>")
+            continue
+        parts.append(f"<figure><h3>{e(t)}</h3><img alt='{e(t)}' src='data:image/png;base64,{_fig_bytes(p)}'>"
+                     f"<figcaption>{e(cap)} (<a href='{e(p.parent.name)}/{e(p.stem)}.svg'>SVG</a>)</figcaption></figure>")
+    return parts
+
+
+def _html(title, facts, scen, table, figs, failed, runs, serves=None) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>flemu report: {e(str(title))}</h1><ul>" + "".join(f"<li>{e(f)}</li>" for f in facts) + "</ul>"]
@@ -293,12 +309,13 @@ def _html(title, facts, scen, table, figs, failed, runs) -> str:
             f"<h3>{e(str(head))}</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>" for head, lines in scen))
     parts.append("<h2>Comparison</h2>" + table.to_html(index=False, escape=True, border=0))
     parts.append("<h2>Figures</h2>")
-    for t, p, cap in figs:
-        if p is None:
-            parts.append(f"<p><b>{e(t)}</b>: {e(cap)}</p>")
-            continue
-        parts.append(f"<figure><h3>{e(t)}</h3><img alt='{e(t)}' src='data:image/png;base64,{_fig_bytes(p)}'>"
-                     f"<figcaption>{e(cap)} (<a href='{e(p.parent.name)}/{e(p.stem)}.svg'>SVG</a>)</figcaption></figure>")
+    parts += _html_figures(figs, e)
+    if serves is not None:
+        text, gt, sfigs = serves
+        parts.append("<h2>Who the model serves</h2>" + "".join(f"<p>{e(x)}</p>" for x in text))
+        if len(gt):
+            parts.append("<div class='wide'>" + html_table(gt, "groups") + "</div>")
+        parts += _html_figures(sfigs, e)
     if len(failed):
         parts.append("<h2>Failed runs</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
                                                                                         classes="err"))
@@ -334,7 +351,7 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _markdown(title, facts, scen, table, figs, failed, runs, out: Path) -> str:
+def _markdown(title, facts, scen, table, figs, failed, runs, out: Path, serves=None) -> str:
     parts = [f"# flemu report: {title}", "", *[f"- {f}" for f in facts], ""]
     if scen:
         parts += ["## Scenario", ""]
@@ -347,6 +364,12 @@ def _markdown(title, facts, scen, table, figs, failed, runs, out: Path) -> str:
             continue
         rel = p.relative_to(out.parent)
         parts += [f"### {t}", "", f"![{t}]({rel.as_posix()})", "", cap, ""]
+    if serves is not None:
+        text, gt, sfigs = serves
+        parts += ["## Who the model serves", "", *[f"{x}\n" for x in text]] + ([md_table(gt), ""] if len(gt) else [])
+        for t, p, cap in sfigs:
+            parts += [f"**{t}**: {cap}", ""] if p is None else \
+                [f"### {t}", "", f"![{t}]({p.relative_to(out.parent).as_posix()})", "", cap, ""]
     if len(failed):
         parts += ["## Failed runs", "", md_table(failed[["run", "status", "error"]]), ""]
     parts += ["## Every run", "", md_table(runs), "", "## Definitions", "", *[f"- **{k}**: {v}" for k, v in DEFINITIONS], ""]

@@ -1,17 +1,13 @@
 """Client-side availability: when a client is online, asked as a time, not a yes/no.
 
-Two kinds of model:
-- per-round (`kind = "round"`): whether a client takes part is decided at each round's
-  start and holds for the round (always, bernoulli, sine, markov, round_trace);
-- continuous-time (`kind = "time"`): on/off periods in virtual seconds (markov_time,
-  diurnal, trace); a client going offline in the middle of its work is interrupted.
-
-Every model answers, for a client at virtual time `now` (and round `round_`):
-- `online_mask(ids, round_, now)`: which of `ids` are online now (vectorised);
-- `online_until(client, now)`: when the current online period ends (inf: not before the
-  round ends, or never);
-- `next_online(client, now)`: the earliest time >= now at which it is online (inf: never),
-so an offline client never spins the clock (STYLE.md: ask for a time, not a yes/no).
+Two kinds of model (declared: `kind`): per-round ("round": decided at each round's start,
+held for the round: always, bernoulli, sine, markov, round_trace) and continuous-time ("time":
+on/off periods in virtual seconds, a client going offline mid-work is interrupted: markov_time,
+diurnal, trace). Every model answers (the abstract methods of `Availability`), at virtual time
+`now`: `online_mask(ids, round_, now)`, which of `ids` are online (vectorised); `online_until`,
+when a client's online period ends; `next_online`, the earliest time >= now it is online (inf:
+never), so an offline client never spins the clock. `RoundAvailability` answers the last two
+for every per-round model and asks for `group_mask(round_)`, the group's mask of a round.
 
 One model object serves a whole device group: `bind(members, rngs, labels)` hands it the
 group's client ids, a source of random generators (`rngs.round(r)`: the group's stream for
@@ -22,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -32,7 +29,10 @@ from .trace_files import read_interval_trace, read_round_trace  # noqa: F401  (r
 NEVER = math.inf
 
 
-class Availability:
+class Availability(ABC):
+    """When clients are online. Required (abstract): `online_mask`, `online_until`,
+    `next_online`. Declared: `kind`, "round" or "time" (see the module's doc)."""
+
     name = "?"
     kind = "round"
 
@@ -55,22 +55,26 @@ class Availability:
             raise KeyError(f"client {int(bad[0])} is not in this group")
         return self._order[at]
 
+    @abstractmethod
     def online_mask(self, ids, round_: int, now: float) -> np.ndarray:
-        raise NotImplementedError
+        """Which of `ids` (members of the group) are online at `now`, in `round_`."""
 
     def online(self, client: int, round_: int, now: float) -> bool:
         return bool(self.online_mask(np.array([client]), round_, now)[0])
 
+    @abstractmethod
     def online_until(self, client: int, now: float) -> float:
-        return NEVER
+        """When the current online period ends (NEVER: not before the round ends, or never)."""
 
+    @abstractmethod
     def next_online(self, client: int, now: float) -> float:
-        return now
+        """The earliest time >= now at which the client is online (NEVER: never)."""
 
 
 # ============================================================================ per round
-class _PerRound(Availability):
-    """Per-round models compute the whole group's mask once per round."""
+class RoundAvailability(Availability):
+    """Per-round models: decided at each round's start, held for the round. Required
+    (abstract): `group_mask(round_)`, the whole group's mask of a round (asked once a round)."""
 
     kind = "round"
 
@@ -78,8 +82,15 @@ class _PerRound(Availability):
         super().bind(members, rngs, labels)
         self._round, self._mask = None, None
 
+    @abstractmethod
     def group_mask(self, round_: int) -> np.ndarray:
-        raise NotImplementedError
+        """Whether each member (in `members` order) is online in round `round_`."""
+
+    def online_until(self, client, now):
+        return NEVER            # online for the whole round, asked again at the next one
+
+    def next_online(self, client, now):
+        return now              # no time to wait for: the round runs, perhaps empty
 
     def online_mask(self, ids, round_, now):
         if self._round != round_:
@@ -88,7 +99,7 @@ class _PerRound(Availability):
 
 
 @dataclass
-class AlwaysOnline(_PerRound):
+class AlwaysOnline(RoundAvailability):
     """The client is always online."""
 
     name: str = "always"
@@ -126,7 +137,7 @@ def client_probs(spec, n: int, rng: np.random.Generator, labels: Optional[np.nda
 
 
 @dataclass
-class BernoulliAvailability(_PerRound):
+class BernoulliAvailability(RoundAvailability):
     """Client i is online in a round independently with probability p_i
     (FedSUM Case 2 / P2; p fixed, per client, or drawn once per client)."""
 
@@ -142,7 +153,7 @@ class BernoulliAvailability(_PerRound):
 
 
 @dataclass
-class SineAvailability(_PerRound):
+class SineAvailability(RoundAvailability):
     """FedSUM spec P3: p_i^t = clip(p_i * (amplitude * sin(2 pi t / period + phase) + 1 - amplitude), 0, 1),
     t = round - 1 (rounds count from 1), independently per client and round."""
 
@@ -166,7 +177,7 @@ class SineAvailability(_PerRound):
 
 
 @dataclass
-class MarkovAvailability(_PerRound):
+class MarkovAvailability(RoundAvailability):
     """Two-state on/off chain per client, one step per round: online -> offline with
     p_on_off, offline -> online with p_off_on; started from the stationary distribution
     P(online) = p_off_on / (p_on_off + p_off_on). The chain's states are kept, so rounds may
@@ -190,7 +201,7 @@ class MarkovAvailability(_PerRound):
 
 
 @dataclass
-class RoundTraceAvailability(_PerRound):
+class RoundTraceAvailability(RoundAvailability):
     """Replays per-round availability from a CSV with columns round, client, available
     (a previous run's clients.csv works). Client k of the group uses the trace's k-th
     client (sorted ids, wrapping); rounds past the trace's last wrap when `repeat`, else

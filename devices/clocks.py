@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,19 +17,21 @@ FIT_EPS = 1e-9   # relative float guard of fit() (T-SFL spec section 2.3)
 
 
 # ----------------------------------------------------------------------------- clocks
-class StepClock:
+class StepClock(ABC):
+    """One client's local steps in one round. All three methods are required (abstract)."""
+
+    @abstractmethod
     def time(self, k: int) -> float:
         """Virtual seconds taken by the first k steps."""
-        raise NotImplementedError
 
+    @abstractmethod
     def fit(self, budget: float, limit: int = 10**7) -> int:
         """max{k <= limit : time(k) <= budget * (1 + 1e-9)}."""
-        raise NotImplementedError
 
+    @abstractmethod
     def min_step(self, k: int) -> float:
         """A lower bound on each of the first k steps' times, from what this clock realised
         (so k x min_step(k) <= time(k): the post-run invariant "steps fit in the compute time")."""
-        raise NotImplementedError
 
 
 class FixedClock(StepClock):

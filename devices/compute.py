@@ -13,8 +13,9 @@ explicitly, does.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -30,15 +31,20 @@ class Work:
     batch: int = 1
 
 
-class ComputeModel:
-    """`clock(client, round_, rng, now, work, draw)` gives a client's StepClock for one round.
-    Random models draw from `rng` (a stream of that client and round), or take `draw`: this
-    client's share of `round_draws`, the bulk draw for every client of its device group that
-    works in the round (one stream per group and round: the same numbers whichever engine,
-    process or vector, runs the round)."""
+class ComputeModel(ABC):
+    """`clock(client, round_, rng, now, work, draw)` gives a client's StepClock for one round
+    (required: abstract). Random models draw from `rng` (a stream of that client and round),
+    or take `draw`: this client's share of `round_draws`, the bulk draw for every client of
+    its device group that works in the round (one stream per group and round: the same numbers
+    whichever engine, process or vector, runs the round). `round_draws`, `step_times` and
+    `duration` have defaults; `random`, `redraw` and `counts_iterations` are declared."""
 
     name = "?"
     random = False          # draws random numbers (then it is given a stream)
+    #: declared capability: one step of this model's clock is one whole local iteration, whose
+    #: count per period the model gives itself (T-SFL's `iterations`): `intervals` takes the
+    #: clock's `fit` as tau directly instead of dividing SGD steps into epochs
+    counts_iterations: ClassVar[bool] = False
     #: declared: when a random model draws its step times: 'round' (one per working client
     #: and round), 'step' (every step), 'client' (once per client for the run); None: it
     #: draws none of its own (deterministic models, or models that manage their draws)
@@ -50,9 +56,10 @@ class ComputeModel:
         model draws nothing per round."""
         return None
 
+    @abstractmethod
     def clock(self, client: int, round_: int, rng: np.random.Generator, now: float = 0.0,
               work: Optional[Work] = None, draw=None) -> StepClock:
-        raise NotImplementedError
+        """Required. The client's StepClock for this round (`now`: when its steps start)."""
 
     def step_times(self, draws: list) -> Optional[np.ndarray]:
         """Where every client's clock this round is a FixedClock whose step time needs
@@ -62,6 +69,11 @@ class ComputeModel:
 
     def duration(self, client, round_, steps, rng, now=0.0, work=None) -> float:
         return self.clock(client, round_, rng, now, work).time(steps)
+
+    def nominal_step_time(self, clients: np.ndarray, work: Optional[Work] = None) -> np.ndarray:
+        """A-priori seconds per step of these clients (the model's mean; no draw is made):
+        what a selector may know of a device before it has run (NaN: the model gives none)."""
+        return np.full(len(clients), np.nan)
 
 
 @dataclass
@@ -81,6 +93,9 @@ class ConstantCompute(ComputeModel):
     def step_times(self, draws):
         return np.full(len(draws), self.step_time)
 
+    def nominal_step_time(self, clients, work=None):
+        return np.full(len(clients), self.step_time)
+
 
 @dataclass
 class InstantCompute(ComputeModel):
@@ -94,6 +109,9 @@ class InstantCompute(ComputeModel):
     def step_times(self, draws):
         return np.zeros(len(draws))
 
+    def nominal_step_time(self, clients, work=None):
+        return np.zeros(len(clients))
+
 
 @dataclass
 class RandomStepTime(ComputeModel):
@@ -106,8 +124,16 @@ class RandomStepTime(ComputeModel):
     _fixed: dict = field(default_factory=dict, repr=False)
     random = True
 
+    @abstractmethod
     def draw(self, rng: np.random.Generator, size=None):
-        raise NotImplementedError
+        """Required. One step time (size None) or an array of `size` step times from `rng`."""
+
+    def mean(self) -> float:
+        """The distribution's mean step time (a-priori estimate)."""
+        return math.nan
+
+    def nominal_step_time(self, clients, work=None):
+        return np.full(len(clients), self.mean())
 
     def round_draws(self, steps, rng):
         if self.redraw == "round":               # one step time per working client
@@ -145,6 +171,9 @@ class LognormalCompute(RandomStepTime):
     def draw(self, rng, size=None):
         return rng.lognormal(math.log(self.mean_step_time) - 0.5 * self.sigma ** 2, self.sigma, size)
 
+    def mean(self):
+        return self.mean_step_time
+
 
 @dataclass
 class NormalCompute(RandomStepTime):
@@ -169,6 +198,9 @@ class NormalCompute(RandomStepTime):
                 break
         return out[0] if size is None else out
 
+    def mean(self):
+        return self.mean_step_time          # the untruncated mean (the floor rarely binds)
+
 
 @dataclass
 class UniformCompute(RandomStepTime):
@@ -181,6 +213,9 @@ class UniformCompute(RandomStepTime):
     def draw(self, rng, size=None):
         return rng.uniform(self.low, self.high, size)
 
+    def mean(self):
+        return 0.5 * (self.low + self.high)
+
 
 @dataclass
 class ExponentialCompute(RandomStepTime):
@@ -191,6 +226,9 @@ class ExponentialCompute(RandomStepTime):
 
     def draw(self, rng, size=None):
         return rng.exponential(self.mean_step_time, size)
+
+    def mean(self):
+        return self.mean_step_time
 
 
 @dataclass
@@ -206,6 +244,7 @@ class IterationsCompute(ComputeModel):
     std: float = 0.0
     name: str = "iterations"
     _last: dict = field(default_factory=dict, repr=False)
+    counts_iterations = True
 
     def iterations(self, client, round_, rng) -> int:
         """tau of this client in this round (one draw per client per round, cached)."""
@@ -233,6 +272,10 @@ class IterationsCompute(ComputeModel):
         tau = self.iterations(client, round_, rng) if draw is None else int(draw)
         return FixedClock(self.period / tau if tau > 0 else math.inf)
 
+    def nominal_step_time(self, clients, work=None):
+        tau = self.fixed if self.fixed is not None else self.mean
+        return np.full(len(clients), self.period / tau if tau > 0 else math.inf)
+
 
 @dataclass
 class FlopsCompute(ComputeModel):
@@ -247,6 +290,11 @@ class FlopsCompute(ComputeModel):
         if work is None or work.flops_per_step <= 0:
             raise ValueError("the flops compute model needs the model's FLOPs per step")
         return FixedClock(work.flops_per_step / (self.gflops * 1e9))
+
+    def nominal_step_time(self, clients, work=None):
+        if work is None or work.flops_per_step <= 0:
+            return np.full(len(clients), np.nan)
+        return np.full(len(clients), work.flops_per_step / (self.gflops * 1e9))
 
 
 #: Illustrative effective training throughputs (GFLOP/s actually sustained on small CNNs,
@@ -284,3 +332,12 @@ class TraceCompute(ComputeModel):
             steps = list(vals)
         starts = [min(starts[0], now)] + list(starts[1:])
         return RateClock(now, starts, steps)
+
+    def nominal_step_time(self, clients, work=None):
+        """Each client's first traced step time (its value before the trace moves on)."""
+        out = np.full(len(clients), np.nan)
+        for i, c in enumerate(np.asarray(clients).tolist()):
+            _, kind, vals = self.trace[self._map[c]]
+            v = float(vals[0])
+            out[i] = 1.0 / v if kind == "speed" else v * (work.batch if work else 1) if kind == "sample_time" else v
+        return out

@@ -3,7 +3,9 @@
 
     from emulator.api import register, Params, FedAvg, FedAvgParams, Aggregation
 
-- registration: `register` (a function, or a class / function decorator), `Params` (and
+- registration: `register` (a function, or a class / function decorator; a class that does
+  not extend its kind's base or leaves an abstract method undefined raises
+  `RegistrationError` at once), `Params` (and
   `FleetSize`, what `Params.fleet_problems` gets), and
   helpers that register data and models written in code (`register_arrays`,
   `register_torch_dataset`, `register_module`) and a compute model from a function
@@ -11,17 +13,25 @@
 - algorithms: `Algorithm`, the built-ins with their parameter models (to extend), the
   message and result types (`Broadcast`, `Upload`, `Arrival`, `Rows`, `Aggregation`),
   `AlgoContext`, the declared capabilities (`BackgroundTraining`, `VersionedModel`; cohort
-  eligibility is the class attribute `Algorithm.cohort_path`);
+  eligibility is the class keyword `cohort_path=True`, read as `Algorithm.cohort_path`);
 - client-side training (docs/local-training.md): `LocalSpec`; the training kinds
   `LocalRule` (functional, batched), `OptimizerRule` (any torch.optim), `TrainFunction`
   (your own loop); the functional pieces `LossTerm`, `PerSampleTransform`, `GradTransform`
   and the built-in `ProxTerm`, `ClipPerSample`, `ClipNorm`, `GaussianNoise`;
 - data and models: `FederatedData`, `DatasetContext`, `ModelContext` (what dataset and model
   factories get and return) a model whose output is per-sample losses declares it by subclassing
-  `DirectLoss` (`ClosedFormLoss` if it also gives its gradient in closed form); partition factories get (params, labels, num_clients, rng, path);
-- device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability`, `LinkModel`
-  (the base of links; `Link` the latency + bandwidth one),
-  `Selection`, and `GroupContext` (what their factories get);
+  `DirectLoss` (`ClosedFormLoss` if it also gives its gradient in closed form), one that may start
+  at zero by subclassing `StartsAtZero`; partition factories get (params, labels, num_clients, rng, path);
+- device models: `ComputeModel` / `StepClock` / `FixedClock`, `Availability` (`RoundAvailability`
+  for per-round models), `LinkModel` (the base of links; `Link` the latency + bandwidth one),
+  and `GroupContext` (what their factories get);
+- protocols and executors: `Protocol`, `Executor` (the abstract bases of `protocol.name` and
+  `executor.name`);
+- selection (docs/selection.md): `Selector` (the declared base: `select(ctx)`,
+  `observe(outcomes)`), `SelectionContext`, `Chosen` (ids with aggregation weights),
+  `RoundOutcomes`, `Status`, `Profile`, `History`, `ClientColumns` (per-client state grown on
+  first write), `Uniforms` and `wswor` (weighted sampling without replacement), and
+  `SelectionParams` / `KOrFraction` (a selection block's parameters and its declared needs);
 - callbacks: `Callback`, `RunContext`;
 - running: `run`, `load`, `RunResult`, and the errors.
 """
@@ -32,10 +42,11 @@ from typing import Any, Callable, Optional, Sequence, Type
 
 import numpy as np
 
-from devices.availability import NEVER, Availability
+from devices.availability import NEVER, Availability, RoundAvailability
 from devices.compute import ComputeModel, FixedClock, StepClock, Work
 from devices.network import InstantLink, Link, LinkModel
-from devices.selection import Selection
+from devices.selectors import (ClientColumns, Chosen, History, Profile, RoundOutcomes, SelectionContext, Selector,
+                               Status, Uniforms, wswor)
 
 from .algorithms.base import (AlgoContext, Aggregation, Algorithm, Arrival, BackgroundTraining, Broadcast,
                               Rows, Upload, VersionedModel, sample_weights, size_weights, weighted_sum)
@@ -45,18 +56,21 @@ from .algorithms.fedprox import FedProx, FedProxParams
 from .algorithms.scaffold import Scaffold, ScaffoldParams
 from .algorithms.state import ClientStates
 from .runs.callbacks import Callback, RunContext
+from .compute.executor import Executor
 from .compute.jobs import JobFuture, LocalSpec
 from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianNoise, GradTransform, LossTerm,
                              PerSampleTransform, ProxTerm, StepContext, clip_to)
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
-from .errors import DivergedError, FlemuError, InvariantError, ScenarioError
+from .errors import ContractError, DivergedError, FlemuError, InvariantError, ScenarioError
 from .scenario.fleet import GroupContext
-from .registry import FleetSize, Params, register
+from .scenario.selection_params import KOrFraction, SelectionParams
+from .registry import FleetSize, Params, RegistrationError, register
 from .runs.runner import RunResult
+from .sim.protocols.base import Protocol
 from .workloads.data import FederatedData
 from .workloads.datasets import DatasetContext
-from .workloads.models import ClosedFormLoss, DirectLoss, ModelContext
+from .workloads.models import ClosedFormLoss, DirectLoss, ModelContext, StartsAtZero
 
 
 def run(source: Any, overrides: Sequence[str] = (), seed: Optional[int] = None, out: Any = None,
@@ -161,9 +175,12 @@ __all__ = [
     "LossTerm", "PerSampleTransform", "GradTransform", "StepContext", "FunctionalModel",
     "ProxTerm", "ClipPerSample", "ClipNorm", "GaussianNoise", "clip_to", "sample_weights", "size_weights", "weighted_sum",
     "FedAvg", "FedAvgParams", "FedProx", "FedProxParams", "Scaffold", "ScaffoldParams", "FedAsync", "FedAsyncParams",
-    "FederatedData", "DatasetContext", "ModelContext", "ClosedFormLoss", "DirectLoss",
-    "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "NEVER", "Link",
-    "LinkModel", "InstantLink", "Selection", "GroupContext",
+    "FederatedData", "DatasetContext", "ModelContext", "ClosedFormLoss", "DirectLoss", "StartsAtZero",
+    "ComputeModel", "StepClock", "FixedClock", "Work", "FunctionCompute", "Availability", "RoundAvailability", "NEVER",
+    "Link", "LinkModel", "InstantLink", "GroupContext",
+    "Selector", "SelectionContext", "Chosen", "RoundOutcomes", "Status", "Profile", "History", "ClientColumns",
+    "Uniforms", "wswor", "SelectionParams", "KOrFraction",
+    "Protocol", "Executor",
     "Callback", "RunContext", "run", "load", "RunResult",
-    "ScenarioError", "FlemuError", "DivergedError", "InvariantError",
+    "ScenarioError", "FlemuError", "DivergedError", "InvariantError", "RegistrationError", "ContractError",
 ]

@@ -140,18 +140,19 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
         out.print(t)
 
 
-PLOTS = ("accuracy", "participation")
+PLOTS = ("accuracy", "participation", "fairness")
 
 
 @app.command(context_settings={"allow_extra_args": False})
-def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation] RUN_DIR...",
+def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation|fairness] RUN_DIR...",
                                           help="what to draw (default accuracy), then run directories"),
          out_file: Path = typer.Option(None, "--out", "-o", help="PNG to write (default: inside the first run directory)"),
          x: str = typer.Option("virtual_time", help="accuracy: x axis virtual_time | round"),
          y: str = typer.Option("test_acc", help="accuracy: metric test_acc | test_loss | train_loss | gap ...")):
-    """Draw a metric against virtual time or rounds (`accuracy`), or the participation raster
-    (clients x rounds, coloured offline / available / aggregated / dropped)."""
-    from analysis import plots
+    """Draw a metric against virtual time or rounds (`accuracy`), the participation raster
+    (clients x rounds, coloured offline / available / aggregated / dropped), or whom the model
+    serves (`fairness`: accuracy per device group, per-client accuracy CDFs, participation shares)."""
+    from analysis import fairness_plots, plots
 
     from .runs import outputs
 
@@ -162,8 +163,8 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation]
     for d in dirs:
         if not (d / "metrics.csv").exists():
             _fail(f"{d} is not a run directory (no metrics.csv)")
-    if kind == "participation":
-        target = out_file or dirs[0] / "participation.png"
+    if kind in ("participation", "fairness"):
+        target = out_file or dirs[0] / f"{kind}.png"
     else:
         target = out_file or dirs[0] / ("accuracy_vs_time.png" if (x, y) == ("virtual_time", "test_acc")
                                         else f"{y}_vs_{x}.png")
@@ -173,6 +174,8 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation]
             outputs.check_file_target(p, "--out" if out_file else "figure")
         if kind == "participation":
             plots.participation_raster(dirs[0], target)
+        elif kind == "fairness":
+            fairness_plots.fairness(dirs, target)
         else:
             plots.accuracy_vs_time(dirs, target, x=x, y=y)
     except (outputs.OutputError, ValueError) as e:
@@ -320,6 +323,7 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
             csv: Optional[Path] = typer.Option(None, "--csv", help="CSV to write (default: compare.csv beside the first DIR)")):
     """Compare runs: per condition, mean ± std over seeds of time and rounds to target,
     accuracy at a budget, AUC, straggler share, participation and delay figures."""
+    from analysis import fairness
     from analysis import metrics as M
     from analysis.load import load
     from analysis.report import comparison_table
@@ -344,16 +348,23 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     table = comparison_table(cmp, keys)
     wide = ["acc. at budget", "round time (s)", "particip. CV", "tau avg", "delta"]   # in the CSV
     table = table[[c for c in table.columns if c not in wide or (c == "acc. at budget" and budget is not None)]]
-    t = Table(title=f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
-                                              if (target is not None or study.target is not None) else ""),
-              title_justify="left")
-    for c in table.columns:
-        t.add_column(str(c), overflow="fold")
-    for row in table.itertuples(index=False):
-        t.add_row(*[str(v) for v in row])
-    out.print(t)
+    _print_frame(table, f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
+                                                  if (target is not None or study.target is not None) else ""))
+    names = fairness.groups(study)
+    if len(names) > 1:          # who took part (and whom the model serves), per device group
+        _print_frame(fairness.group_table(cmp, keys, names), "per device group: share of the clients, the data, "
+                     "the selections, the aggregated weight, the SGD steps; last evaluated client accuracy")
     cmp.to_csv(dest, index=False)
     out.print(f"wrote {dest}", highlight=False)
+
+
+def _print_frame(df, title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    for c in df.columns:
+        t.add_column(str(c), overflow="fold")
+    for row in df.itertuples(index=False):
+        t.add_row(*[str(v) for v in row])
+    out.print(t)
 
 
 @app.command()

@@ -103,7 +103,7 @@ def top_level() -> str:
               "clients.groups[].energy": "EnergyParams", "network": "NetworkSettings",
               "network.compression": "CompressionParams", "network.server_link": "ServerLinkParams",
               "network.topology": "TopologyParams", "network.topology.links[]": "TopologyLink",
-              "output": "Output"}
+              "output": "Output", "evaluation": "Evaluation"}
     models = _nested_models(S)
     for path, cls in nested.items():
         m = models.get(cls)

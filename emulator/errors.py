@@ -30,5 +30,10 @@ class DivergedError(FlemuError):
     """Training produced a non-finite loss or parameter vector."""
 
 
+class ContractError(FlemuError):
+    """A component broke its contract where its result crossed into the engine (a plugin's or a
+    built-in's): the message names the component, the method, the round and the contract."""
+
+
 class InvariantError(FlemuError):
     """A post-run invariant does not hold: a bug in flemu, not in the scenario."""

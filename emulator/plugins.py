@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .errors import ScenarioError
+from .registry import RegistrationError
 
 ENTRY_POINT_GROUP = "flemu.plugins"
 
@@ -146,6 +147,9 @@ def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Op
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             file = resolved if is_file(spec) else None
+            if isinstance(e, RegistrationError):     # a component refused: what is missing, and where
+                problems.append((at, f"plugin {spec!r}: {e}{_origin_of(e, file)}"))
+                continue
             problems.append((at, f"cannot import plugin {spec!r}"
                                  f"{' (' + resolved + ')' if file and resolved != spec else ''}: "
                                  f"{type(e).__name__}: {e}{_origin_of(e, file)}"))

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 STREAMS = ("partition", "init", "availability", "selection", "compute", "network",
-           "batches", "algorithm", "data")
+           "batches", "algorithm", "data", "evaluation")
 
 
 @lru_cache(maxsize=None)

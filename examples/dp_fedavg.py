@@ -34,7 +34,7 @@ class DPFedAvgParams(FedAvgParams):
     noise_multiplier: float = Field(1.0, ge=0, description="sigma: noise std sigma*C on each batch's clipped sum")
 
 
-class DPFedAvg(FedAvg):
+class DPFedAvg(FedAvg, cohort_path=True):    # one local rule for every client: FedAvg's cohort path
     name = "dp_fedavg"
 
     def local_rule(self, t):

@@ -13,7 +13,7 @@ class ClipFedAvgParams(FedAvgParams):
     max_norm: float = Field(1.0, gt=0, description="each local step's gradient clipped to this norm")
 
 
-class ClipFedAvg(FedAvg):
+class ClipFedAvg(FedAvg, cohort_path=True):    # one local rule for every client: FedAvg's cohort path
     name = "fedavg_clip"
 
     def local_rule(self, t):

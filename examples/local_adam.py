@@ -16,7 +16,7 @@ class LocalAdamParams(FedAvgParams):
     eps: float = Field(1e-8, gt=0, description="Adam epsilon")
 
 
-class LocalAdam(FedAvg):
+class LocalAdam(FedAvg, cohort_path=True):    # one local rule for every client: FedAvg's cohort path
     name = "local_adam"
 
     def local_rule(self, t):

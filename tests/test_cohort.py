@@ -114,9 +114,12 @@ def test_only_algorithms_whose_client_side_is_fedavgs_form_cohorts():
     a.__class__ = OwnAggregate
     assert not OwnAggregate.cohort_path and a.cohort_spec(1, a.broadcast(1)) is None
 
-    class Declared(OwnAggregate):      # ... unless the subclass declares the cohort path again
-        cohort_path = True
-    assert Declared.cohort_path and not OwnAggregate.cohort_path and FedAvg.cohort_path
+    class Declared(OwnAggregate, cohort_path=True):   # ... unless the subclass declares it again
+        pass
+
+    class Below(Declared):             # not inherited: each class that keeps the promise says so
+        pass
+    assert Declared.cohort_path and not OwnAggregate.cohort_path and FedAvg.cohort_path and not Below.cohort_path
 
 
 @pytest.mark.parametrize("executor", ["sequential", "batched", "auto"])

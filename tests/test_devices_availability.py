@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from devices import availability as av
-from devices import selection as sel
+from devices import selectors as sel
+from devices.selectors import SelectionContext
 from emulator.rng import Streams
 
 
@@ -130,17 +131,17 @@ def test_uniform_selects_exactly_k():
     s = sel.UniformSelection(k=7)
     rng = np.random.default_rng(0)
     for r in range(1, 200):
-        chosen = s.select(r, list(range(50)), 50, rng)
+        chosen = s.select(SelectionContext(r, list(range(50)), 50, rng))
         assert len(chosen) == 7 and len(set(chosen)) == 7
-    assert s.select(1, [3, 4], 50, rng) == [3, 4]          # fewer available than k: all of them
-    assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(50)), 50, rng)) == 5
+    assert s.select(SelectionContext(1, [3, 4], 50, rng)) == [3, 4]          # fewer available than k: all of them
+    assert len(sel.UniformSelection(fraction=0.1).select(SelectionContext(1, list(range(50)), 50, rng))) == 5
     # a fraction of a small fleet selects at least one client: ceil(0.1 x 5) = 1, not 0
     assert sel.UniformSelection(fraction=0.1).count(5) == 1 and sel.UniformSelection(fraction=0.01).count(5) == 1
     assert sel.UniformSelection(fraction=0.07).count(100) == 7         # 0.07 x 100 = 7.000000000000001
-    assert len(sel.UniformSelection(fraction=0.1).select(1, list(range(5)), 5, rng)) == 1
+    assert len(sel.UniformSelection(fraction=0.1).select(SelectionContext(1, list(range(5)), 5, rng))) == 1
     # exactly k available: all of them, and nothing is drawn (the stream stays where it was)
     state = rng.bit_generator.state
-    assert sel.UniformSelection(k=3).select(1, [9, 2, 5], 50, rng) == [2, 5, 9]
+    assert sel.UniformSelection(k=3).select(SelectionContext(1, [9, 2, 5], 50, rng)) == [2, 5, 9]
     assert rng.bit_generator.state == state
 
 
@@ -152,7 +153,7 @@ def test_cyclic_every_client_once_per_epoch(cls):
     for epoch in range(6):
         seen = []
         for b in range(M):
-            seen += s.select(epoch * M + b + 1, list(range(N)), N, rng)
+            seen += s.select(SelectionContext(epoch * M + b + 1, list(range(N)), N, rng))
         assert sorted(seen) == list(range(N))
 
 
@@ -164,15 +165,15 @@ def test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order():
     for epoch in range(3):
         perm = ref.permutation(6)
         for b in range(3):
-            assert s.select(3 * epoch + b + 1, list(range(6)), 6, rng) == sorted(perm[2 * b:2 * b + 2].tolist())
+            assert s.select(SelectionContext(3 * epoch + b + 1, list(range(6)), 6, rng)) == sorted(perm[2 * b:2 * b + 2].tolist())
     assert rng.bit_generator.state == ref.bit_generator.state
 
 
 def test_cyclic_wraps_and_skips_unavailable():
     s = sel.CyclicSelection(k=3)
     rng = np.random.default_rng(0)
-    assert s.select(4, list(range(10)), 10, rng) == [0, 1, 9]        # block {9, 0, 1}
-    assert s.select(1, [0, 2], 10, rng) == [0, 2]
+    assert s.select(SelectionContext(4, list(range(10)), 10, rng)) == [0, 1, 9]        # block {9, 0, 1}
+    assert s.select(SelectionContext(1, [0, 2], 10, rng)) == [0, 2]
 
 
 def test_biased_staircase_frequencies():
@@ -182,7 +183,7 @@ def test_biased_staircase_frequencies():
     rng = np.random.default_rng(0)
     counts = np.zeros(100)
     for r in range(1, 10_001):
-        counts[s.select(r, range(100), 100, rng)] += 1
+        counts[s.select(SelectionContext(r, range(100), 100, rng))] += 1
     se = np.sqrt(p * (1 - p) / 10_000)
     assert np.all(np.abs(counts / 10_000 - p) < 4.5 * se)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["docs/getting-started.md"]
+PAGES = ["docs/getting-started.md", "docs/selection.md"]
 RUN = ("bash", "python")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 
@@ -137,6 +137,8 @@ CHECKS = {"docs/getting-started.md": getting_started_made_what_it_says}   # opti
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_code_runs(page, tmp_path, one_torch_thread):      # 218 s -> 41 s here, loaded
-    assert run_page(page, tmp_path) > 0, f"{page} has no ```bash or ```python block to run"
+    from registry_snapshot import registry_snapshot
+    with registry_snapshot():                # what a page registers is forgotten afterwards
+        assert run_page(page, tmp_path) > 0, f"{page} has no ```bash or ```python block to run"
     if page in CHECKS:
         CHECKS[page](tmp_path)

@@ -22,11 +22,11 @@ UNICAST = (0.01 + MSG_BITS / 5e4) * 2 + 1.0
 MULTICAST = MSG_BITS / 1e5 + 1.0 + (0.01 + MSG_BITS / 5e4)
 
 
-def shared_link_run(algo: str, broadcast: str):
+def shared_link_run(algo: str, broadcast: str, server_latency: float = 0.0):
     sc = tiny(**{"clients.count": 6, "run.rounds": 3, "run.eval_every": 3,
                  "protocol.select": {"model": "uniform", "k": 2}, "protocol.local_steps": 1,
                  "protocol.broadcast": broadcast,
-                 "network.server_link": {"up_mbps": 0.1, "down_mbps": 0.1}})
+                 "network.server_link": {"up_mbps": 0.1, "down_mbps": 0.1, "latency": server_latency}})
     g = sc["clients"]["groups"][0]
     g["compute"] = {"model": "constant", "step_time": 1.0}
     g["network"] = {"latency": 0.01, "up_mbps": 100, "down_mbps": 100}
@@ -59,6 +59,18 @@ def test_fedumf_background_downloads_never_delay_a_round(broadcast, want):
         # and finish their step within the round
         assert bg["comm_time"].to_numpy() == pytest.approx(MSG_BITS / 1e5, abs=1e-9)
         assert (bg["steps"] == 1).all() and "background_stop" not in bg
+
+
+@pytest.mark.parametrize("broadcast, want", [
+    # the shared path's 50 ms come before every flow on it: unicast downloads and uploads
+    # 0.05 + 0.426 s; the multicast's one flow 0.05 + 0.208 s (its own-link part, 0.05 + 0.01
+    # + 20800 / 1e8 s, ends earlier); without the latency on the shared flow, 1.684 s
+    ("unicast", (0.05 + 0.01 + MSG_BITS / 5e4) * 2 + 1.0),
+    ("multicast", (0.05 + MSG_BITS / 1e5) + 1.0 + (0.05 + 0.01 + MSG_BITS / 5e4))])
+def test_the_shared_paths_latency_delays_every_flow(broadcast, want):
+    w = shared_link_run("fedavg", broadcast, server_latency=0.05)
+    assert want == pytest.approx(1.952 if broadcast == "unicast" else 1.734, abs=1e-12)
+    assert [r["round_time"] for r in w.recorder.metrics[1:]] == pytest.approx([want] * 3, abs=1e-9)
 
 
 def test_multicast_is_one_flow_on_the_shared_link():

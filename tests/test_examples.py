@@ -118,3 +118,21 @@ def test_night_charging_availability_closed_form(tmp_path):
     assert m["virtual_time"].tolist() == [0, 3, 6, 9, 12, 15, 18, 20, 23, 26, 29, 32, 35]
     assert m["dropped"].tolist() == [0] * 7 + [4] + [0] * 5
     assert m["participants"].tolist() == [0] + [4] * 6 + [0] + [4] * 5
+
+
+def test_fast_first_selector_plugin(tmp_path):
+    """examples/fast_first.py from the command line: the fast group (clients 0-5) takes every
+    round, three at a time in turns ([0, 1, 2], [3, 4, 5], ...); the slow group never runs.
+    Each round lasts a fast client's round: download + 5 steps of 0.1 s + upload."""
+    import subprocess
+    import sys
+    out = tmp_path / "ff"
+    r = subprocess.run([sys.executable, "-m", "emulator.cli", "run", str(EX / "fast_first.yaml"), "--out", str(out),
+                        "--quiet"], capture_output=True, text=True, cwd=EX.parent)
+    assert r.returncode == 0, r.stderr
+    c, m = pd.read_csv(out / "clients.csv"), pd.read_csv(out / "metrics.csv")
+    picked = c[c["selected"]].groupby("round")["client"].apply(list).tolist()
+    assert picked == [[0, 1, 2], [3, 4, 5]] * 3
+    nb_down, nb_up = c[c["selected"]]["bytes_down"].iloc[0], c[c["selected"]]["bytes_up"].iloc[0]
+    one = (0.01 + nb_down * 8 / 10e6) + 5 * 0.1 + (0.01 + nb_up * 8 / 10e6)
+    assert m["round_time"].dropna().to_numpy() == pytest.approx([one] * 6, rel=1e-12)

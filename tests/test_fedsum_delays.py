@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from devices import availability as av
-from devices import selection as sel
-from emulator.participation import delay_metrics
+from devices import selectors as sel
+from devices.selectors import SelectionContext
+from emulator.measures.participation import delay_metrics
 from emulator.rng import Streams
 from emulator.sim.world import _GroupRngs
 from reference.fedsum_reference import expected_tau_bernoulli, expected_tau_uniform
@@ -23,7 +24,7 @@ def test_t6_uniform_sampling_mean_average_delay():
     """N = 4, S = 2, T = 30: E[tau_avg] = 2.674667; 4000 sequences of UniformSelection (P1)."""
     rng = np.random.default_rng(2)
     s = sel.UniformSelection(k=2)
-    vals = [delay_metrics([s.select(t, range(4), 4, rng) for t in range(1, 31)], 4)["tau_avg"]
+    vals = [delay_metrics([s.select(SelectionContext(t, range(4), 4, rng)) for t in range(1, 31)], 4)["tau_avg"]
             for _ in range(4000)]
     assert abs(np.mean(vals) - 2.674667) < 0.035
 
@@ -52,7 +53,7 @@ def test_p3_sine_availability_matches_the_time_varying_formula():
 def test_cyclic_closed_form(N, S, T):
     """Case 3, S | N, M = N/S: tau^t = min(t + 1, M - 1), tau_avg = (M-1)(T - M/2 + 1)/T (T >= M - 1)."""
     s = sel.CyclicSelection(k=S)
-    d = delay_metrics([s.select(t, range(N), N, None) for t in range(1, T + 1)], N)
+    d = delay_metrics([s.select(SelectionContext(t, range(N), N, None)) for t in range(1, T + 1)], N)
     M = N // S
     assert d["tau"].tolist() == [min(t + 1, M - 1) for t in range(T)]
     assert d["tau_avg"] == pytest.approx((M - 1) * (T - M / 2 + 1) / T, rel=1e-12)

@@ -227,13 +227,13 @@ def test_T7_only_the_latest_update_is_fused():
 def test_T8_fusion_frequency(M, tol):
     """Uniform M-of-100 selection, 1000 rounds: the share of selected clients that fuse
     (t >= 2) is 1 - M/n (the algorithm's own fusion rule driven by the selection model)."""
-    from devices.selection import UniformSelection
+    from devices.selectors import SelectionContext, UniformSelection
     ctx = AlgoContext(0, 1, 100, np.ones(100), torch.zeros(1), np.random.default_rng(0))
     alg = FedUMF(scenario.member("algorithm", "fedumf", lr=0.1), ctx)
     sel, rng = UniformSelection(k=M), np.random.default_rng(5)
     fuses = total = 0
     for t in range(1, 1001):
-        S = sel.select(t, range(100), 100, rng)
+        S = sel.select(SelectionContext(t, range(100), 100, rng))
         alg.begin_round(t, S, range(100))
         if t >= 2:
             fuses += sum(alg.fusion(i, t)[0] is not None for i in S)
@@ -371,6 +371,35 @@ def test_partial_fuses_the_completed_steps():
     r1 = cl[(cl["round"] == 1) & (cl["client"] == 3)].iloc[0]
     assert r1["background_stop"] == "partial" and r1["steps"] == 1 and r1["trained"]
     assert cl[(cl["round"] == 2) & (cl["client"] == 3)].iloc[0]["fuse_skipped"] == "none"
+
+
+def test_partial_counts_the_steps_done_since_the_download_ended():
+    """`partial` counts the computation's elapsed time from the end of its download, not its
+    start: client 3 (a 1 s link) downloads theta_1 in the background until 1.01 s and computes
+    2 steps of 1 s; selected at round 2's start (2.02 s: the fast clients' 2 steps and
+    transfers), it has done floor(2 x 1.01 / 2) = 1 step, and fuses that one step (counted
+    from the download's start, 2.02 s would make it 2)."""
+    a, c = random_problem(4, 2, 5)
+    sc = two_group_scenario("partial", slow_step=1.0)
+    sc["protocol"]["local_steps"] = 2
+    sc["clients"]["groups"][1]["network"] = {"latency": 1.0, "up_mbps": 1000, "down_mbps": 1000}
+    w = run_world(sc)
+    grads, eta = grads_of(a, c), 0.1
+
+    def steps(x, i, k):
+        for _ in range(k):
+            x = x - eta * grads[i](x)
+        return x
+    th1 = np.zeros(2)
+    th2 = np.mean([steps(th1, 0, 2), steps(th1, 1, 2)], 0)
+    th3 = steps(th2 + (steps(th1, 3, 1) - th1), 3, 2)              # one fused step
+    g0 = steps(th2, 0, 2) - th2                                   # client 0's round-2 job finished
+    th4 = np.mean([steps(th3 + g0, 0, 2), steps(th3, 3, 2)], 0)
+    np.testing.assert_allclose(w.tasks[0].algorithm.x.numpy(), th4, rtol=1e-12)
+    cl = w.recorder.clients_frame().set_index(["round", "client"])
+    assert cl.loc[(1, 3), "background_stop"] == "partial" and cl.loc[(1, 3), "steps"] == 1
+    assert cl.loc[(1, 3), "comm_time"] == pytest.approx(1.0 + 6.4e-8, rel=1e-12)
+    assert w.recorder.metrics[1]["virtual_time"] == pytest.approx(2.02 + 2 * 6.4e-8, rel=1e-12)
 
 
 def test_background_work_lost_to_going_offline(run_in):

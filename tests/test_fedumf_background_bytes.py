@@ -1,7 +1,9 @@
-"""FedUMF's background downloads that outlast their round (docs/engine.md, "Background
-work's bytes"): bytes belong to the round whose broadcast they carry, the metrics row of that
-round follows them when they end after its close, and a multicast broadcast is counted once
-per round whatever round is in progress when a late download ends.
+"""FedUMF's background downloads that outlast their round (docs/engine.md, "Bytes"): in
+clients.csv a download's bytes belong to the row of the round whose broadcast it carries
+(recorded once, when the work ends); in metrics.csv every byte counts once, in the first row
+of its model written when it has ended: its round's row, or, for a download that ends after
+that row was written, the next one (rows are final when written); a multicast broadcast is
+counted once per round whatever round is in progress when a late download ends.
 
 Clients 0-2 have fast links (10 ms), client 3 a slow one; every step takes 1 s, K = 1; client
 3 is unselected in round 1 (it downloads theta_1 in the background) and selected in round 2
@@ -13,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import quadratic_scenario
+from emulator.api import Callback
 
 MSG = 2 * 4          # a message: d = 2 parameters of 4 bytes
 
@@ -33,14 +36,31 @@ def scenario(broadcast: str, slow_latency: float, algo: str = "fedumf", engine: 
     return sc
 
 
-def outputs(run):
+class Seen(Callback):
+    """Copies of the metrics rows as the callbacks see them, when each is written."""
+
+    def __init__(self):
+        self.rows = []
+
+    def after_aggregation(self, run, row):
+        self.rows.append(dict(row))
+
+
+def outputs(run, late=None):
+    """metrics.csv and clients.csv; `late`: {round: (later round, bytes)} downloads of a
+    round's broadcast that ended after its metrics row, counted in the later round's row."""
     m = pd.read_csv(run.run_dir / "metrics.csv")
     m = m[m["round"] >= 1].set_index("round")
     c = pd.read_csv(run.run_dir / "clients.csv").set_index(["round", "client"])
     assert run.summary["status"] == "complete"
-    # metrics.csv's bytes of each round are its clients.csv rows' (the bytes invariant, read back)
+    # metrics.csv's bytes of each round are its clients.csv rows', less the late downloads
+    # moved to a later row (the bytes invariant, read back); every byte counted once
     per_round = c.groupby("round")[["bytes_up", "bytes_down"]].sum()
+    for r, (later, nb) in (late or {}).items():
+        per_round.loc[r, "bytes_down"] -= nb
+        per_round.loc[later, "bytes_down"] += nb
     pd.testing.assert_frame_equal(per_round, m[["bytes_up", "bytes_down"]], check_names=False)
+    assert run.summary["bytes_down"] == c["bytes_down"].sum()
     return m, c
 
 
@@ -54,14 +74,20 @@ def same_participants(umf, avg):
         np.testing.assert_allclose(sel_u[col], sel_a[col], rtol=1e-12)
 
 
-def test_a_background_download_ending_after_its_round_closed_counts_in_its_round(run_in):
+def test_a_background_download_ending_after_its_round_closed_counts_in_the_next_row(run_in):
     """Unicast, client 3's latency 1.5 s: its round-1 download ends at 1.5 s, in round 2
-    (which waits for that job: 1.5 + 1 s). Round 1 counts it: 4 downloads (clients 0, 1
-    selected; 2, 3 in the background) and 2 uploads; before, the run failed its bytes
-    invariant (round 1's row said 3 downloads, clients.csv 4)."""
-    umf = run_in(scenario("unicast", 1.5), "umf")
-    m, c = outputs(umf)
-    assert m["bytes_down"].tolist() == [4 * MSG, 4 * MSG, 4 * MSG]     # every online client each round
+    (which waits for that job: 1.5 + 1 s). clients.csv: round 1 has its 4 downloads (clients
+    0, 1 selected; 2, 3 in the background) and 2 uploads. metrics.csv: round 1's row, written
+    at 1.02 s, counts the 3 that had ended; round 2's counts its own 4 and the late one. (Before,
+    round 1's row was changed after it was written, and callbacks saw 3 where metrics.csv said 4.)"""
+    seen = Seen()
+    umf = run_in(scenario("unicast", 1.5), "umf", callbacks=[seen])
+    m, c = outputs(umf, late={1: (2, MSG)})
+    # a row is final when written: the callbacks saw what metrics.csv holds
+    assert [(r["round"], r["bytes_up"], r["bytes_down"]) for r in seen.rows] == \
+        list(zip(m.index, m["bytes_up"], m["bytes_down"]))
+    assert c.groupby("round")["bytes_down"].sum().tolist() == [4 * MSG, 4 * MSG, 4 * MSG]   # every online client
+    assert m["bytes_down"].tolist() == [3 * MSG, 5 * MSG, 4 * MSG]
     assert m["bytes_up"].tolist() == [2 * MSG, 1 * MSG, 2 * MSG]
     r1 = c.loc[(1, 3)]
     assert not r1["selected"] and r1["trained"] and r1["bytes_down"] == MSG and r1["bytes_up"] == 0
@@ -78,7 +104,9 @@ def test_a_background_download_ending_after_its_round_closed_counts_in_its_round
     ma, ca = outputs(avg)
     assert avg.summary["engine"] == "vector"
     assert ma["bytes_up"].tolist() == m["bytes_up"].tolist()
-    assert (m["bytes_down"] - ma["bytes_down"]).tolist() == [2 * MSG, 3 * MSG, 2 * MSG]
+    bg = c[~c["selected"]].groupby("round")["bytes_down"].sum()
+    assert bg.tolist() == [2 * MSG, 3 * MSG, 2 * MSG]
+    assert (ca.groupby("round")["bytes_down"].sum() + bg).tolist() == [4 * MSG] * 3
     same_participants(c, ca)
 
 
@@ -104,12 +132,13 @@ def test_a_late_multicast_download_takes_nothing_from_the_next_round(run_in):
     same_participants(c.drop(columns="bytes_down"), ca.drop(columns="bytes_down"))
 
 
-def test_a_download_recorded_when_its_job_is_abandoned_rounds_later_counts_in_its_round(run_in, tmp_path):
+def test_a_download_recorded_when_its_job_is_abandoned_rounds_later_counts_when_it_ends(run_in, tmp_path):
     """Per-round availability: client 3 (latency 1.5 s) is offline in round 2, so its round-1
     job goes on (download to 1.5 s, in round 2); it is selected in round 3 (from 2.04 s) with
     `unfinished: skip`, which abandons the job still computing (it fuses nothing: it was
-    offline in round 2): the stop records round 1's row, download and all, and round 1's
-    metrics row follows."""
+    offline in round 2): the stop records round 1's row, download and all, once. metrics.csv
+    counts the download in round 2's row (written at 2.04 s, after it ended), not round 3's
+    (written after the row was recorded)."""
     sc = scenario("unicast", 1.5)
     sc["algorithm"]["unfinished"] = "skip"
     sc["protocol"]["select"]["sets"] = [[0, 1], [0, 1], [0, 3]]
@@ -117,8 +146,9 @@ def test_a_download_recorded_when_its_job_is_abandoned_rounds_later_counts_in_it
     trace.write_text("round,client,available\n" + "".join(
         f"{r},0,{0 if r == 2 else 1}\n" for r in range(1, 4)))
     sc["clients"]["groups"][1]["availability"] = {"model": "round_trace", "path": str(trace), "repeat": False}
-    m, c = outputs(run_in(sc))
-    assert m["bytes_down"].tolist() == [4 * MSG, 3 * MSG, 4 * MSG]     # round 2: client 3 offline
+    m, c = outputs(run_in(sc), late={1: (2, MSG)})
+    assert c.groupby("round")["bytes_down"].sum().tolist() == [4 * MSG, 3 * MSG, 4 * MSG]   # round 2: 3 offline
+    assert m["bytes_down"].tolist() == [3 * MSG, 4 * MSG, 4 * MSG]
     r1 = c.loc[(1, 3)]
     assert r1["bytes_down"] == MSG and r1["background_stop"] == "unfinished" and r1["steps"] == 0
     t2 = m.loc[2, "virtual_time"]                                       # round 3 starts: the stop

@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from devices import selection as sel
-from emulator.participation import delay_metrics
+from devices import selectors as sel
+from devices.selectors import SelectionContext
+from emulator.measures.participation import delay_metrics
 
 
 def test_t1_hand_sequence():
@@ -18,7 +19,7 @@ def test_t1_hand_sequence():
 
 def _cyclic(N, S, T):
     s = sel.CyclicSelection(k=S)
-    return [s.select(t, range(N), N, None) for t in range(1, T + 1)]
+    return [s.select(SelectionContext(t, range(N), N, None)) for t in range(1, T + 1)]
 
 
 def test_t2_cyclic_closed_forms():
@@ -41,7 +42,7 @@ def test_t4_reshuffled_cyclic_bound_reached():
     worst = 0
     for _ in range(300):
         s = sel.ReshuffledCyclicSelection(k=2)
-        d = delay_metrics([s.select(t, range(6), 6, rng) for t in range(1, 201)], 6)
+        d = delay_metrics([s.select(SelectionContext(t, range(6), 6, rng)) for t in range(1, 201)], 6)
         assert d["tau_max"] <= 4
         worst = max(worst, d["tau_max"])
     assert worst == 4

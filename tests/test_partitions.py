@@ -68,3 +68,35 @@ def test_lognormal_spread():
     logs = np.log([len(p) for p in parts])
     assert abs(np.std(logs) - 0.8) < 0.05       # within sampling error for 2,000 draws
     assert min(len(p) for p in parts) >= 1
+
+
+@pytest.mark.parametrize("name,kw", [("dirichlet", {"alpha": 0.3}), ("shards", {"classes_per_client": 2})])
+def test_label_order_sorts_the_drawn_clients_by_mean_label(name, kw):
+    """`order: label` keeps the drawn parts (same draws, same sets) and only sorts them by mean
+    label, so the contiguous device groups hold correlated labels."""
+    from emulator.workloads.partitions import in_label_order
+    drawn = part(name, **kw)
+    ordered = in_label_order(drawn, Y)
+    assert sorted(map(tuple, drawn)) == sorted(map(tuple, ordered))
+    means = [Y[p].mean() for p in ordered]
+    assert means == sorted(means) and means[0] < 3.0 and means[-1] > 6.0
+    assert [Y[p].mean() for p in drawn] != means            # the draw itself was not in order
+
+
+def test_label_order_through_a_run_gives_groups_their_own_labels(tmp_path):
+    import emulator
+    from conftest import tiny
+    sc = tiny(**{"workload.partition": {"name": "dirichlet", "alpha": 0.3, "order": "label"}, "clients.count": 10})
+    sc["clients"]["groups"] = [dict(sc["clients"]["groups"][0], name="a", fraction=0.5),
+                               dict(sc["clients"]["groups"][0], name="b", fraction=0.5)]
+    res = emulator.run(sc, out=tmp_path / "r")
+    import pandas as pd
+    p = pd.read_csv(res.run_dir / "partition.csv")
+    labels = np.arange(10)
+    mean = (p[[f"label_{c}" for c in labels]].to_numpy() * labels).sum(1) / p["samples"].to_numpy()
+    assert (np.diff(mean) >= 0).all()
+    assert mean[p["group"] == "a"].max() <= mean[p["group"] == "b"].min()
+    unordered = emulator.run(dict(sc, workload=dict(sc["workload"], partition={"name": "dirichlet", "alpha": 0.3})),
+                             out=tmp_path / "u")
+    q = pd.read_csv(unordered.run_dir / "partition.csv")
+    assert sorted(q["samples"]) == sorted(p["samples"])         # the same draw, placed in label order

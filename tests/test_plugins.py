@@ -272,12 +272,12 @@ def test_a_selection_model_registered_late_is_valid_inside_protocol_blocks(tmp_p
     """protocol.select is a union inside the protocol's own parameters: a selection model
     registered after a schema was built must be accepted there too (and run)."""
     from emulator.scenario import schema as scenario
-    from emulator.api import Selection
+    from emulator.api import Selector
     scenario.schema()
 
-    class FirstTwo(Selection):
-        def select(self, round_, available, num_clients, rng):
-            return sorted(available)[:2]
+    class FirstTwo(Selector):
+        def select(self, ctx):
+            return sorted(ctx.available)[:2]
 
     register_late = __import__("emulator.api", fromlist=["register"]).register
     register_late("selection", "first_two", None, "the two lowest available ids", lambda p, ctx=None: FirstTwo())
@@ -318,7 +318,7 @@ def test_an_installed_package_is_loaded_through_the_entry_point_group(tmp_path, 
 FROM_CLIENT = '''
 from pydantic import Field
 
-from emulator.api import Params, Selection, register
+from emulator.api import Params, Selector, register
 
 
 class FromClientParams(Params):
@@ -331,12 +331,12 @@ class FromClientParams(Params):
         return out
 
 
-class FromClient(Selection):
+class FromClient(Selector):
     def __init__(self, first):
         self.first = first
 
-    def select(self, round_, available, num_clients, rng):
-        return sorted(c for c in available if c >= self.first)
+    def select(self, ctx):
+        return sorted(c for c in ctx.available if c >= self.first)
 
 
 register("selection", "from_client", FromClientParams, "the available clients from id `first` on",

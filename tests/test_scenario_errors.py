@@ -32,8 +32,8 @@ CASES = [
      "workload.model.name", "cnn_mnist needs image inputs"),
     ("no stopping rule", lambda s: s.update(run={"eval_every": 2}), "run", "rounds"),
     ("unknown selection model", lambda s: s["protocol"].update(select={"model": "uniformm", "k": 2}),
-     "protocol.select.model", "unknown server-side selection 'uniformm'; known: all, biased, cyclic, "
-                              "reshuffled_cyclic, sequence, uniform; did you mean 'uniform'"),
+     "protocol.select.model", "unknown server-side selection 'uniformm'; known: all, biased, cyclic, fedcs, "
+                              "oort, power_of_choice, reshuffled_cyclic, sequence, tifl, uniform; did you mean 'uniform'"),
     ("unknown compute model", lambda s: s["clients"]["groups"][0].update(compute={"model": "constnt"}),
      "clients.groups[0].compute.model", "unknown compute model 'constnt'"),
     ("more clients per round than clients", lambda s: s["protocol"].update(select={"model": "uniform", "k": 7}),

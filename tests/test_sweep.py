@@ -131,6 +131,44 @@ def test_resume_never_reruns_diverged_or_stalled_runs(tmp_path):
     assert {r: (res.dir / "runs" / r / "summary.json").stat().st_mtime_ns for r in status} == stamps
 
 
+STOP_PLUGIN = """
+from emulator.api import Callback, Params, register
+
+
+class StopAfterParams(Params):
+    rounds: int
+
+
+@register("callback", "stop_after", StopAfterParams, "stop the run after `rounds` aggregations")
+class StopAfter(Callback):
+    def __init__(self, p):
+        self.p = p
+
+    def after_aggregation(self, run, row):
+        return row["round"] >= self.p.rounds
+"""
+
+
+def test_resume_never_reruns_a_run_a_callback_stopped(tmp_path):
+    """A run a callback stopped (status `stopped`) is finished too: the sweep counts it
+    stopped, not failed, and a resumed sweep skips it, its directory untouched."""
+    (tmp_path / "stop_after.py").write_text(STOP_PLUGIN)
+    base = tiny(**{"run.rounds": 3})
+    base["plugins"] = [str(tmp_path / "stop_after.py")]
+    base["callbacks"] = [{"name": "stop_after", "rounds": 1}]
+    d = spec_dict(tmp_path / "s", seeds=1, grid={}, variants=None, base=base)
+    res = sw.run_sweep(sw.load_spec(d), workers=1, threads=1)
+    (rid, status), = res.index.set_index("run")["status"].to_dict().items()
+    summary = json.loads((res.dir / "runs" / rid / "summary.json").read_text())
+    assert status == "stopped" and summary["stopped_by"] == "stop_after" and summary["rounds"] == 1
+    assert res.counts["stopped"] == 1 and res.counts["failed"] == 0 and res.counts["ran"] == 1
+    assert not (res.dir / "failures" / f"{rid}.json").exists()
+    stamp = (res.dir / "runs" / rid / "summary.json").stat().st_mtime_ns
+    again = sw.run_sweep(sw.load_spec(d), workers=1, threads=1)
+    assert again.counts["ran"] == 0 and again.counts["skipped"] == 1 and again.counts["stopped"] == 1
+    assert (res.dir / "runs" / rid / "summary.json").stat().st_mtime_ns == stamp
+
+
 def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
     d = spec_dict(tmp_path / "s", seeds=1, grid={}, variants={"a": {}})
     spec = sw.load_spec(d)

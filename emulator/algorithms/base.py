@@ -6,11 +6,15 @@ It knows nothing of virtual time; the protocol decides when each verb is called 
 many local steps a client completes. Values it hands out may be lazy (`compute.lazy`):
 a client's upload is typically a function of a training job that has not run yet.
 
+`Algorithm` is an abstract base class: a subclass must define `local_spec`, `upload` and
+`aggregate` (a class missing one is refused when it is registered, emulator/registry.py);
+`broadcast`, `reads`, `cohort_spec`, `aggregate_rows`, `summary` and `lr` have defaults.
 What an algorithm can do beyond the four verbs is declared, never discovered: a class
-attribute typed on `Algorithm` (`cohort_path`, `weights_total`, `down_vectors`/`up_vectors`)
-or a capability base class the protocol checks with `isinstance` (`BackgroundTraining`:
-FedUMF's unselected clients train too; `VersionedModel`: the server model carries a version,
-as `async` needs). docs/engine.md lists them.
+attribute typed on `Algorithm` (`weights_total`, `down_vectors`/`up_vectors`), the class
+keyword `cohort_path=True` (declared by each class that keeps its promise, not inherited), or a
+capability base class the protocol checks with `isinstance` (`BackgroundTraining`: FedUMF's
+unselected clients train too; `VersionedModel`: the server model carries a version, as
+`async` needs). docs/engine.md lists them.
 
 Message sizes are declared once, per direction (`down_vectors`, `up_vectors`: how many
 model-sized vectors one message carries); `message_numel` turns them into parameters,
@@ -26,6 +30,7 @@ from typing import ClassVar, Optional, Sequence
 import numpy as np
 import torch
 
+from .. import registry
 from ..compute.jobs import JobFuture, LocalSpec
 from .state import ClientStates
 
@@ -75,6 +80,7 @@ class Arrival:
     steps: int
     train_loss: float
     meta: dict = field(default_factory=dict)
+    selection_weight: Optional[float] = None   # the selection's weight for this client (docs/selection.md)
 
 
 @dataclass
@@ -87,9 +93,15 @@ class Rows:
     steps: np.ndarray
     params: list                  # row i: the trained parameters of clients[i] (a tensor each)
     train_loss: np.ndarray
+    selection_weight: Optional[np.ndarray] = None   # the selection's weights, one per row (docs/selection.md)
 
     def __len__(self):
         return len(self.clients)
+
+    def arrivals(self, t: int) -> list:
+        """These rows as the Arrivals `aggregate` takes (round t's trained parameters)."""
+        return [Arrival(int(c), t, [p], int(n), int(k), float(loss))
+                for c, n, k, p, loss in zip(self.clients, self.n_samples, self.steps, self.params, self.train_loss)]
 
 
 @dataclass
@@ -103,12 +115,11 @@ class Aggregation:
     round_cols: dict = field(default_factory=dict)
 
 
-#: the methods that make an algorithm's client side and aggregation; a subclass that defines
-#: one of them leaves the cohort path unless it declares `cohort_path = True` itself
-COHORT_METHODS = ("local_spec", "upload", "reads", "aggregate", "aggregate_rows", "cohort_spec")
+class Algorithm(ABC):
+    """An algorithm: `local_spec`, `upload` and `aggregate` are required (abstract); the rest
+    have defaults. Declared per class: `supports`, `weights_total`, `down_vectors` /
+    `up_vectors`, `client_state`, and the class keywords `cohort_path` and `selection_weights`."""
 
-
-class Algorithm:
     name = "?"
     supports: frozenset = frozenset({"rounds"})
     #: the documented total of one aggregation's weights (None: not a weighted mean)
@@ -119,16 +130,22 @@ class Algorithm:
     #: kinds of per-client state kept in `ctx.states` (algorithms/state.py), for `flemu list`
     client_state: tuple = ()
     #: declared capability: the round's participants train from one spec (`cohort_spec`) and
-    #: are aggregated as columns (`aggregate_rows`). Declared per class: a subclass that
-    #: defines any of COHORT_METHODS is client by client again unless its own body says
-    #: `cohort_path = True` (so a FedAvg subclass overriding `aggregate` is honoured).
+    #: are aggregated as columns (`aggregate_rows`). Declared with the class keyword
+    #: (`class FedAvg(Algorithm, cohort_path=True)`) by each class that keeps the promise
+    #: (`cohort_spec`): it is not inherited, since a subclass may change the client side or
+    #: the aggregation (a FedAvg subclass overriding `aggregate` goes client by client, and
+    #: its `aggregate` is called). Read it, never assign it in a class body.
     cohort_path: ClassVar[bool] = False
+    #: declared capability: the aggregation weighs arrivals by the selection's weights when a
+    #: selector gives them (`Arrival.selection_weight`, `Rows.selection_weight`; power-of-choice's
+    #: 1/m). Declared with the class keyword (`selection_weights=True`), like `cohort_path`, and
+    #: not inherited: a subclass with its own aggregation does not silently honour them.
+    selection_weights: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kw):
+    def __init_subclass__(cls, cohort_path: bool = False, selection_weights: bool = False, **kw):
         super().__init_subclass__(**kw)
-        own = vars(cls)
-        if "cohort_path" not in own and any(m in own for m in COHORT_METHODS):
-            cls.cohort_path = False
+        cls.cohort_path = bool(cohort_path)
+        cls.selection_weights = bool(selection_weights)
 
     def __init__(self, params, ctx: AlgoContext):
         self.p = params
@@ -148,11 +165,13 @@ class Algorithm:
     def broadcast(self, t: int) -> Broadcast:
         return Broadcast([self.x], t)
 
+    @abstractmethod
     def local_spec(self, client: int, t: int, received: Broadcast) -> LocalSpec:
-        raise NotImplementedError
+        """Required. How `client` trains in round t from what it `received`."""
 
+    @abstractmethod
     def upload(self, client: int, t: int, result: JobFuture) -> Upload:
-        raise NotImplementedError
+        """Required. What `client` sends up (and keeps) once its job gives `result` (lazy)."""
 
     def cohort_spec(self, t: int, received: Broadcast) -> Optional[LocalSpec]:
         """The one LocalSpec every participant of round t trains from, asked only of an
@@ -164,8 +183,10 @@ class Algorithm:
         return None
 
     def aggregate_rows(self, t: int, rows: Rows) -> Aggregation:
-        """`aggregate` of a cohort's arrivals given as columns (only with `cohort_spec`)."""
-        raise NotImplementedError
+        """`aggregate` of a cohort's arrivals given as columns (only with `cohort_spec`).
+        Default: `aggregate` of the rows as Arrivals; a class declaring `cohort_path` may
+        compute the same from the columns directly (FedAvg)."""
+        return self.aggregate(t, rows.arrivals(t))
 
     def reads(self, t: int, arrivals: Sequence[Arrival]) -> list:
         """Which arrivals' vectors `aggregate` will read (default: all). Decided from their
@@ -173,9 +194,9 @@ class Algorithm:
         resolved, so their training is never computed (docs/engine.md: laziness)."""
         return [a.client for a in arrivals]
 
+    @abstractmethod
     def aggregate(self, t: int, arrivals: Sequence[Arrival]) -> Aggregation:
-        """Update the server state from `arrivals`."""
-        raise NotImplementedError
+        """Required. Update the server state from `arrivals`."""
 
     def message_numel(self, direction: str) -> int:
         """Parameters in one message ('down' or 'up'), known before anything is computed."""
@@ -194,6 +215,9 @@ class Algorithm:
         params declare one); an algorithm with a schedule overrides this (FedAvg: lr_decay,
         lr_offset; the FedSUM family: lr_schedule)."""
         return self.p.lr
+
+
+registry.extension_point("algorithm", Algorithm, functions=False)
 
 
 class BackgroundTraining(ABC):
@@ -236,8 +260,24 @@ class VersionedModel:
 
 
 def sample_weights(arrivals: Sequence[Arrival], weighting: str) -> np.ndarray:
-    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals."""
+    """n_k / sum n (weighting='samples') or 1/K (weighting='uniform') over the arrivals; when the
+    selection gave weights, those renormalised over the arrivals (docs/selection.md)."""
+    if arrivals and arrivals[0].selection_weight is not None:
+        return selection_shares(np.array([a.selection_weight for a in arrivals], dtype=np.float64))
     return size_weights(np.array([a.n_samples for a in arrivals], dtype=np.float64), weighting)
+
+
+def row_weights(rows: "Rows", weighting: str) -> np.ndarray:
+    """`sample_weights` of a cohort's rows."""
+    if rows.selection_weight is not None:
+        return selection_shares(rows.selection_weight)
+    return size_weights(rows.n_samples, weighting)
+
+
+def selection_shares(w: np.ndarray) -> np.ndarray:
+    """The selection's weights of the arrivals, renormalised to sum to 1."""
+    w = np.asarray(w, dtype=np.float64)
+    return w / w.sum() if len(w) else w
 
 
 def size_weights(n_samples: np.ndarray, weighting: str) -> np.ndarray:

@@ -6,6 +6,8 @@ Worker (Xie Alg. 1, worker):  from y = x, H local iterations
     y <- y - lr * grad[ f(y; z) + (rho/2) ||y - x||^2 ]                    (prox_rho)
 Updater (Xie Alg. 1, updater), in arrival order, on (x_new, v_start):
     k = v - v_start (+ staleness_offset)          updates applied since the download [A20]
+    (v: the model version, `version`; v_start: the version the client downloaded, which its
+    broadcast carries as `Broadcast.round` and its arrival as `Arrival.round`)
     alpha_k = alpha * s(k)
     x <- (1 - alpha_k) x + alpha_k x_new;  v <- v + 1
 Staleness functions (Xie section 5.2): constant s = 1; polynomial s_a(k) = (k + 1)^-a;
@@ -70,7 +72,7 @@ class FedAsync(Algorithm, VersionedModel):
     def broadcast(self, t):
         if self.p.buffer_mode == "delta":
             self._history[self.version] = self.x
-        return Broadcast([self.x], self.version)
+        return Broadcast([self.x], self.version)       # the download carries the model version
 
     def local_spec(self, client, t, received):
         # Xie Alg. 1 worker: y <- y - gamma grad[f(y; z) + rho/2 ||y - x||^2], anchor x = the download
@@ -82,7 +84,8 @@ class FedAsync(Algorithm, VersionedModel):
     def aggregate(self, t, arrivals):
         weights, staleness = {}, None
         for a in sorted(arrivals, key=lambda a: a.client):
-            k = self.version - a.round + self.p.staleness_offset         # updates since the download
+            downloaded = a.round                                         # the version it trained from
+            k = self.version - downloaded + self.p.staleness_offset      # updates since the download
             s = staleness_weight(k, self.p.staleness.function, self.p.staleness.a, self.p.staleness.b)
             self._buffer.append((a, s))
             weights[a.client] = self.p.alpha * s
@@ -97,7 +100,7 @@ class FedAsync(Algorithm, VersionedModel):
             step = sum(self.p.alpha * s * (a.vectors[0] - self.x) for a, s in self._buffer)
             self.x = self.x + step / K            # K = 1: x <- (1 - alpha_k) x + alpha_k x_new
         else:
-            step = sum(s * (a.vectors[0] - self._history[a.round]) for a, s in self._buffer)
+            step = sum(s * (a.vectors[0] - self._history[a.round]) for a, s in self._buffer)   # a.round: the version downloaded
             self.x = self.x + self.p.server_lr * step / K
         self._buffer = []
         self.version += 1

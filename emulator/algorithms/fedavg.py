@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..compute.jobs import LocalRule, LocalSpec
 from ..registry import Params, register
-from .base import Aggregation, Algorithm, Upload, sample_weights, size_weights, weighted_sum
+from .base import Aggregation, Algorithm, Upload, row_weights, sample_weights, weighted_sum
 
 
 class FedAvgParams(Params):
@@ -30,12 +30,13 @@ class FedAvgParams(Params):
     server_lr: float = Field(1.0, gt=0, description="server learning rate eta_g (1 = plain averaging)")
 
 
-class FedAvg(Algorithm):
+class FedAvg(Algorithm, cohort_path=True, selection_weights=True):
+    """Alg. 1 ClientUpdate is the same for every client: one spec per round, declared with
+    `cohort_path=True`; a subclass is client by client unless it declares it again
+    (`Algorithm.cohort_path`: it is not inherited)."""
+
     name = "fedavg"
     supports = frozenset({"rounds", "intervals", "multi_model"})
-    #: Alg. 1 ClientUpdate is the same for every client: one spec per round (a subclass that
-    #: changes the client side or the aggregation goes client by client: `Algorithm.cohort_path`)
-    cohort_path = True
 
     def lr(self, t: int) -> float:
         """Local learning rate of round t (1-based): lr * lr_decay^(t-1), or with
@@ -71,7 +72,7 @@ class FedAvg(Algorithm):
     def aggregate_rows(self, t, rows):
         if not len(rows):
             return Aggregation()
-        return self._average(rows.clients.tolist(), rows.params, size_weights(rows.n_samples, self.p.weighting))
+        return self._average(rows.clients.tolist(), rows.params, row_weights(rows, self.p.weighting))
 
     def _average(self, clients, vectors, p):
         avg = weighted_sum(vectors, p)                              # sum_k (n_k/m_t) w^k_{t+1}

@@ -22,7 +22,7 @@ class FedAvgActiveParams(ScheduledParams):
     weight_decay: float = Field(0.0, ge=0, description="local L2 weight decay (the comparison uses 0)")
 
 
-class FedAvgActive(FedAvg):
+class FedAvgActive(FedAvg, cohort_path=True, selection_weights=True):    # FedAvg's client side and aggregation, its own lr
     name = "fedavg_active"
 
     def lr(self, t):

@@ -23,7 +23,7 @@ class FedProxParams(FedAvgParams):
     mu: float = Field(0.01, ge=0, description="proximal coefficient mu")
 
 
-class FedProx(FedAvg):
+class FedProx(FedAvg, cohort_path=True, selection_weights=True):          # one proximal rule for every client
     name = "fedprox"
 
     def local_rule(self, t):

@@ -28,6 +28,8 @@ one transfer; data stay on the device.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -39,6 +41,7 @@ from .executor import ExecutorParams, SequentialExecutor, sgd_step
 from .gradient import PiecesGradient, draw_noise, noise_stream
 from .jobs import TrainResult
 from .lazy import force
+from .loss_stats import StackAccumulator
 
 
 class BatchedParams(ExecutorParams):
@@ -51,19 +54,27 @@ def group_key(job) -> tuple:
     return (job.task, s.rule.key(), job.batch_size, s.correction is not None, tuple(sorted(s.vectors)))
 
 
-def _stacked_grad(net):
-    """vmap(grad): ([J,dim] params, [J,B,...] x, [J,B] y, [J,B] weights) -> ([J,dim] grads, [J] losses)."""
+def _stacked_grad(net, samples: bool = False):
+    """vmap(grad): ([J,dim] params, [J,B,...] x, [J,B] y, [J,B] weights) -> ([J,dim] grads, [J] losses);
+    with `samples`, ([J,dim] grads, ([J] losses, [J,B] per-sample losses))."""
     module, names, shapes, numels, kind = net.module, net.names, net.shapes, net.numels, net.loss
 
-    def loss(w, x, y, wt):
+    def per_sample(w, x, y):
         views = {n: piece.reshape(s) for n, s, piece in zip(names, shapes, torch.split(w, numels))}
         out = functional_call(module, views, (x,))
         if kind == "direct":   # the model returns per-sample losses
-            per = out.reshape(out.shape[0], -1).mean(1) if out.dim() > 1 else out
-        else:
-            per = F.cross_entropy(out, y, reduction="none")
-        return (per * wt).sum()
+            return out.reshape(out.shape[0], -1).mean(1) if out.dim() > 1 else out
+        return F.cross_entropy(out, y, reduction="none")
 
+    def loss(w, x, y, wt):
+        return (per_sample(w, x, y) * wt).sum()
+
+    def loss_and_samples(w, x, y, wt):
+        per = per_sample(w, x, y)
+        return (per * wt).sum(), per.detach()
+
+    if samples:
+        return vmap(grad_and_value(loss_and_samples, has_aux=True))
     return vmap(grad_and_value(loss))
 
 
@@ -72,11 +83,14 @@ class BatchedExecutor(SequentialExecutor):
 
     name = "batched"
     params_type = BatchedParams
+    #: declared: stacks every group of jobs, so it refuses models with BatchNorm buffers
+    #: (they do not stack under vmap); `auto` runs their jobs on the loop instead
+    stacks_all: ClassVar[bool] = True
 
     def __init__(self, tasks, streams, device, params=None, cpus=None):
         super().__init__(tasks, streams, device, params, cpus)
         self.chunk = self.params.chunk
-        if self.name == "batched":
+        if self.stacks_all:
             stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
             if stateful:
                 from ..errors import ScenarioError
@@ -108,8 +122,7 @@ class BatchedExecutor(SequentialExecutor):
         if loop:
             self.run_loop(loop, whys)
 
-    @staticmethod
-    def loop_reason(job):
+    def loop_reason(self, job):
         """Why this job cannot be stacked, from its spec's declared type; None: it can."""
         if job.spec.probe:
             return "probe job (one step and two extra gradients): the sequential loop"
@@ -117,6 +130,8 @@ class BatchedExecutor(SequentialExecutor):
             return "no local steps: nothing to stack"
         if not job.spec.rule.batchable:
             return type(job.spec.rule).why_sequential
+        if self.loss_stats and job.spec.rule.has_pieces:
+            return "loss statistics with functional pieces: the sequential loop (compute/loss_stats.py)"
         return None
 
     def refusal(self, futs):
@@ -167,7 +182,7 @@ class BatchedExecutor(SequentialExecutor):
                 idx[h, j, n:] = g[0]
                 size[h, j] = n
         wt = (np.arange(B)[None, None, :] < size[:, :, None]) / np.maximum(size, 1)[:, :, None]
-        return idx, wt, size
+        return idx, wt, size, plans
 
     def train_stack(self, jobs) -> list:
         td = self.tasks[jobs[0].task]
@@ -195,16 +210,20 @@ class BatchedExecutor(SequentialExecutor):
         gsum = torch.zeros_like(W) if want_g else None
         lsum = torch.zeros(J, dtype=dt, device=dev)
 
-        idx_np, wt_np, size = self._indices(jobs, S)
+        idx_np, wt_np, size, plans = self._indices(jobs, S)
         idx = torch.from_numpy(idx_np).to(dev)
         wt = torch.from_numpy(wt_np).to(device=dev, dtype=td.x.dtype)
         active = [int((steps > h).sum()) for h in range(S)]
+        acc = self._loss_stats(jobs, plans) if self.loss_stats else None
         buf = None
         for h in range(S):
             k = active[h]
             Bh = int(size[h, :k].max())
             ib = idx[h, :k, :Bh]
             g, loss = fn(h, W[:k], td.x[ib], td.y[ib], wt[h, :k, :Bh], size[h, :k])
+            if acc is not None:
+                loss, per = loss
+                acc.add(h, k, per, wt[h, :k, :Bh] > 0)
             self.stats.grad_evals += k
             lsum[:k] += loss.detach()
             if gsum is not None:
@@ -215,14 +234,15 @@ class BatchedExecutor(SequentialExecutor):
             if buf is None:
                 buf = b                  # created at step 0, when every job is running
         losses = lsum.tolist()
-        out = []
-        for i, job in enumerate(jobs):
-            n = int(steps[i])
-            gm = None
-            if job.spec.want_grad_mean:
-                gm = gsum[i] / n
-            out.append(TrainResult(params=W[i].clone(), steps=n, loss_mean=losses[i] / n, grad_mean=gm))
-        return out
+        ls = [None] * J if acc is None else acc.results()
+        return [TrainResult(params=W[i].clone(), steps=int(steps[i]), loss_mean=losses[i] / int(steps[i]),
+                            grad_mean=gsum[i] / int(steps[i]) if job.spec.want_grad_mean else None, loss_stats=ls[i])
+                for i, job in enumerate(jobs)]
+
+    def _loss_stats(self, jobs, plans) -> StackAccumulator:
+        """The stacked jobs' loss statistics (compute/loss_stats.py), step by step."""
+        return StackAccumulator(plans, [len(self._host_rows(j)) for j in jobs], [j.batch_size for j in jobs],
+                                self.device)
 
     def _step_grad(self, jobs, W):
         """fn(h, W[:k], X, Y, WT, sizes) -> (G, losses) of step h for the k jobs still running:
@@ -231,9 +251,10 @@ class BatchedExecutor(SequentialExecutor):
         task, rule = jobs[0].task, jobs[0].spec.rule
         net = self.tasks[task].net
         if not rule.has_pieces:
-            fn = self._grad_fns.get(task)
+            key = (task, self.loss_stats)
+            fn = self._grad_fns.get(key)
             if fn is None:
-                fn = self._grad_fns[task] = _stacked_grad(net)
+                fn = self._grad_fns[key] = _stacked_grad(net, self.loss_stats)
             return lambda h, w, x, y, wt, sizes: fn(w, x, y, wt)
         pg = PiecesGradient(net, rule)
         vmapped = pg.stacked()
@@ -280,6 +301,7 @@ class AutoExecutor(BatchedExecutor):
 
     name = "auto"
     params_type = AutoParams
+    stacks_all = False           # BatchNorm models' jobs go to the loop (`refusal`)
 
     def __init__(self, tasks, streams, device, params=None, cpus=None):
         super().__init__(tasks, streams, device, params, cpus)

@@ -15,7 +15,7 @@ parameters while it runs.
 from __future__ import annotations
 
 import re
-
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, Optional
 
@@ -23,13 +23,14 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator
 
-from ..registry import Params, register
+from ..registry import Params, extension_point, register
 from .batches import batch_plan
 from .flat import FlatModel
 from .gradient import PiecesGradient, noise_stream
 from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, TrainJob, TrainResult,
                    probe_estimates)
 from .lazy import force
+from .loss_stats import LossAccumulator
 from .paths import PROBE_KIND, PathLog
 from .threads import JobThreads, default_workers
 from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
@@ -103,9 +104,14 @@ class ExecutorStats:
     steps_computed: int = 0
     grad_evals: int = 0          # real gradient computations of local steps (a probe's own step included)
     probe_evals: int = 0         # extra gradients of probes (docs/algorithms/tsfl.md 3.4), not local steps
+    loss_probe_rows: int = 0     # rows a selector's loss probes read (compute/loss_probe.py)
 
 
-class Executor:
+class Executor(ABC):
+    """Where real compute happens. Required: `run` (abstract: compute a level of jobs whose
+    inputs are resolved); `submit`, `submit_cohort`, `run_all` and the helpers are shared.
+    Declares `params_type`, the options it reads."""
+
     name = "?"
     #: the options this executor reads (the Params it is registered with, or a base of it);
     #: an executor given none runs on this class's defaults
@@ -126,6 +132,8 @@ class Executor:
         self.params = params          # the scenario's executor block
         self.cpus = int(cpus) if cpus is not None else torch.get_num_threads()
         self.stats = ExecutorStats()
+        #: every job also takes its loss statistics (compute/loss_stats.py): set when a selector reads them
+        self.loss_stats = False
         self.paths = PathLog()        # which path each job kind took, and why (summary.json)
 
     def submit(self, job: TrainJob) -> JobFuture:
@@ -162,9 +170,10 @@ class Executor:
         self.stats.jobs_submitted += jobs
         self.stats.steps_submitted += steps
 
+    @abstractmethod
     def run(self, futures: list) -> None:
-        """Compute these jobs (every lazy input of theirs is already resolved)."""
-        raise NotImplementedError
+        """Required. Compute these jobs (every lazy input of theirs is already resolved): set
+        each future's value (`fut._set(TrainResult)`)."""
 
     def run_all(self, futures: list) -> None:
         """Compute a level of needed futures: cohorts are run as their clients' jobs, together
@@ -183,7 +192,8 @@ class Executor:
         """Set a cohort's value from its clients' results (in its rows' order)."""
         fut._set(CohortResult(params=[r.params for r in results],
                               steps=np.array([r.steps for r in results], dtype=np.int64),
-                              loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64)))
+                              loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64),
+                              loss_stats=[r.loss_stats for r in results]))
         fut.job = None
 
     # helpers shared by executors -------------------------------------------------
@@ -325,11 +335,16 @@ class SequentialExecutor(Executor):
             params, bufs, loss = train_function(self, job, net, w, bufs, JobBatches(at, plan))
             return TrainResult(params=params, steps=len(plan), loss_mean=loss, buffers=bufs)
         step = self.stepper(rule, spec, net, w)
-        grad = self.gradient(job, net, w, bufs)
+        stats = LossAccumulator(plan, len(rows), job.batch_size, w.device) if self.loss_stats else None
+        grad = self.gradient(job, net, w, bufs, samples=stats is not None)
         gsum = torch.zeros_like(w) if spec.want_grad_mean else None
         lsum = torch.zeros((), dtype=w.dtype, device=w.device)
         for h, (xb, yb) in enumerate(self.batches(td, rows, plan)):
-            loss, g = grad(w, xb, yb, h)
+            if stats is None:
+                loss, g = grad(w, xb, yb, h)
+            else:
+                loss, g, per = grad(w, xb, yb, h)
+                stats.add(h, per)
             lsum += loss
             if gsum is not None:
                 gsum += g
@@ -340,7 +355,8 @@ class SequentialExecutor(Executor):
         return TrainResult(params=w, steps=n,
                            loss_mean=float(lsum) / n if n else float("nan"),
                            grad_mean=(gsum / n if (gsum is not None and n) else gsum),
-                           probe=probe if (spec.probe and n) else None, buffers=bufs)
+                           probe=probe if (spec.probe and n) else None, buffers=bufs,
+                           loss_stats=None if stats is None else stats.result())
 
     @staticmethod
     def stepper(rule, spec, net, w):
@@ -353,17 +369,18 @@ class SequentialExecutor(Executor):
         corr = None if spec.correction is None else force(spec.correction).detach()
         return SgdSteps(rule, anchor, corr)
 
-    def gradient(self, job, net, w, bufs):
+    def gradient(self, job, net, w, bufs, samples: bool = False):
         """grad(w, xb, yb, h) -> (loss, g): the model's own gradient (BatchNorm: updates bufs in
-        place), or the rule's functional pieces (gradient.py)."""
+        place), or the rule's functional pieces (gradient.py); with `samples`, (loss, g,
+        per-sample losses)."""
         rule = job.spec.rule
         if not rule.has_pieces:
             if bufs is None:
-                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb)
-            return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs)
+                return lambda w, xb, yb, h: net.step_loss_and_grad(w, xb, yb, samples=samples)
+            return lambda w, xb, yb, h: net.loss_and_grad(w, xb, yb, bufs, samples=samples)
         pg, start = PiecesGradient(net, rule), w.clone()
         vectors, rng = self.spec_vectors(job.spec), noise_stream(self.streams, job)
-        return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng)
+        return lambda w, xb, yb, h: pg.sequential(w, xb, yb, h, start, vectors, bufs, rng, samples)
 
     def _probe(self, td, net, job, rows, w, ga, xa, ya, lr, buffers) -> dict:
         """docs/algorithms/tsfl.md 3.4: g_b on an independent batch at w, g_c on batch a at w - lr g_a."""
@@ -379,6 +396,7 @@ class SequentialExecutor(Executor):
         return net.loss_and_grad(w.detach(), xb, yb, bufs)[1]
 
 
+extension_point("executor", Executor)
 register("executor", "sequential", SequentialParams,
          "reference executor: a plain loop over jobs and local steps", SequentialExecutor)
 

@@ -95,30 +95,36 @@ class FlatModel:
         return functional_call(self.module, tensors, (x,))
 
     def loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                      buffers: Optional[torch.Tensor] = None) -> tuple:
+                      buffers: Optional[torch.Tensor] = None, samples: bool = False) -> tuple:
         """(mean loss, its gradient at w) of a training batch: the module's own closed form
-        when it declares one (`ClosedFormLoss`: the quadratic), else autograd."""
+        when it declares one (`ClosedFormLoss`: the quadratic), else autograd. With `samples`,
+        also the batch's per-sample losses (detached; from the same forward, or, for a closed
+        form, from one forward at w)."""
         if self.closed_form:
             with torch.no_grad():
-                return self.module.loss_and_grad(w, x)
+                loss, g = self.module.loss_and_grad(w, x)
+                return (loss, g, self.sample_losses(self.forward(w, x), y)) if samples else (loss, g)
         w = w.detach().requires_grad_(True)
-        loss = self.batch_loss(w, x, y, buffers)
+        out = self.forward(w, x, buffers, train=True)
+        loss = self.mean_loss(out, y)
         (g,) = torch.autograd.grad(loss, w)
-        return loss.detach(), g
+        return (loss.detach(), g, self.sample_losses(out.detach(), y)) if samples else (loss.detach(), g)
 
-    def step_loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    def step_loss_and_grad(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, samples: bool = False) -> tuple:
         """`loss_and_grad` of a local step of a model without buffers, on the bound copy (see
         the module doc); the same bits. Models with buffers or a closed form take `loss_and_grad`."""
         if self.closed_form or self.has_buffers:
-            return self.loss_and_grad(w, x, y)
+            return self.loss_and_grad(w, x, y, samples=samples)
         module, flat, params = self._bound or self._bind()
         if module.training != self.module.training:
             module.train(self.module.training)
         with torch.no_grad():
             flat.copy_(w)
-        loss = self.mean_loss(module(x), y)
+        out = module(x)
+        loss = self.mean_loss(out, y)
         grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
-        return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
+        g = torch.cat([g.reshape(-1) for g in grads])
+        return (loss.detach(), g, self.sample_losses(out.detach(), y)) if samples else (loss.detach(), g)
 
     def _bind(self) -> tuple:
         """A copy of the module whose parameters are views of one flat vector (made on first use)."""
@@ -135,6 +141,12 @@ class FlatModel:
                    buffers: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mean loss of a training batch (train mode: BatchNorm updates `buffers`)."""
         return self.mean_loss(self.forward(w, x, buffers, train=True), y)
+
+    def sample_losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample losses from the module's output (mean_loss is their mean)."""
+        if self.loss == "direct":
+            return out.reshape(out.shape[0], -1).mean(1) if out.dim() > 1 else out
+        return F.cross_entropy(out, y, reduction="none")
 
     def mean_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The batch's mean loss from the module's output: per-sample losses (a `DirectLoss`

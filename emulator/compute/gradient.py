@@ -75,17 +75,25 @@ class PiecesGradient:
         return g
 
     # -- the two paths ------------------------------------------------------------------
-    def sequential(self, w, xb, yb, h, start, vectors, bufs, rng) -> tuple:
-        """(loss, gradient) of step h on a real (unpadded) mini-batch."""
+    def sequential(self, w, xb, yb, h, start, vectors, bufs, rng, samples: bool = False) -> tuple:
+        """(loss, gradient) of step h on a real (unpadded) mini-batch; with `samples`, also
+        the batch's per-sample losses (compute/loss_stats.py)."""
         B = len(yb)
         ctx = self.context(start, vectors, torch.tensor(h), torch.tensor(float(B), dtype=w.dtype), xb, yb,
                            torch.full((B,), 1.0 / B, dtype=w.dtype, device=w.device))
+        per = None
         if self.rule.per_sample:
             g, loss = self.data_grad(w, ctx)
+            if samples:           # per-sample gradients hide the forward: one more, at w
+                with torch.no_grad():
+                    per = self.net.sample_losses(self.net.forward(w.detach(), xb), yb)
+        elif samples:
+            loss, g, per = self.net.loss_and_grad(w, xb, yb, bufs, samples=True)
         else:     # the model's own gradient (closed form, BatchNorm buffers)
             loss, g = self.net.loss_and_grad(w, xb, yb, bufs)
         noises = draw_noise(rng, self.noise_count, w.numel(), w) if self.noise_count else ()
-        return loss, self.finish(g, w, ctx, noises)
+        g = self.finish(g, w, ctx, noises)
+        return (loss, g, per) if samples else (loss, g)
 
     def stacked(self):
         """vmap over jobs: (W, X, Y, WT, start, vectors, batch_size, noises, step) -> (G, losses)."""

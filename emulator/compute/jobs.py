@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .lazy import ExecutorFuture, Lazy
+from .loss_stats import LossStats  # noqa: F401  (TrainResult.loss_stats)
 from .training import ClientTraining, LocalRule  # noqa: F401  (LocalRule: its historical home)
 
 Vector = Union[torch.Tensor, Lazy]
@@ -61,6 +62,7 @@ class TrainResult:
     grad_mean: Optional[torch.Tensor] = None
     probe: Optional[dict] = None   # {"G2", "sigma2", "L"} when the spec asked for probes
     buffers: Optional[torch.Tensor] = None   # BatchNorm running statistics after the steps
+    loss_stats: Optional["LossStats"] = None    # when the executor takes them (compute/loss_stats.py)
 
 
 PROBE_KEY = 1 << 20   # extra key of the probe batch's stream: ("batches", client, round, task, tag, PROBE_KEY)
@@ -127,6 +129,7 @@ class CohortResult:
                                 # no (n, dim) stack, which for large models would double the memory)
     steps: np.ndarray
     loss_mean: np.ndarray       # per row (nan where 0 steps)
+    loss_stats: Optional[list] = None   # per row, when the executor takes them (compute/loss_stats.py)
 
 
 class CohortFuture(ExecutorFuture):

@@ -15,15 +15,19 @@ import math
 import os
 import shutil
 import time
-from abc import ABC
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from ..registry import extension_point
 
-class Callback(ABC):
-    """Base class of run callbacks; override what you need (every method is optional).
+
+class Callback:
+    """Base class of run callbacks: a plain class, not an abstract one, because every hook is
+    optional. `on_start`, `after_aggregation`, `after_evaluation` and `on_end` do nothing
+    here; a callback overrides the ones it needs (a tracker may use only `after_aggregation`,
+    a checkpointer only `on_end`), so no method is one every callback must define.
 
     `after_aggregation` gets each aggregation's metrics row (the row metrics.csv gets:
     round, virtual_time, participants, bytes, train_loss, ..., and the evaluation's columns
@@ -52,6 +56,9 @@ class Callback(ABC):
 
     def name(self) -> str:
         return self.label or type(self).__name__
+
+
+extension_point("callback", Callback)
 
 
 class RunContext:

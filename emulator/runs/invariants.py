@@ -115,7 +115,9 @@ def steps_fit(world, metrics, clients) -> list:
 
 
 def bytes_(world, metrics, clients) -> list:
-    """Bytes = parameters x bytes_per_param + overhead, and metrics agree with clients.csv."""
+    """Bytes = parameters x bytes_per_param + overhead, and metrics agree with clients.csv: an
+    aggregation's row counts its round's rows, less their bytes that ended after the row was
+    written, plus earlier rounds' that ended since (docs/engine.md, "Bytes")."""
     bad = []
     rec, net = world.recorder, world.network
     for log in rec.rounds:
@@ -127,7 +129,8 @@ def bytes_(world, metrics, clients) -> list:
         if sent != int(log.bytes_up.sum() + log.bytes_down.sum()):
             bad.append(f"round {log.round}: bytes recorded per client do not add up to the messages sent")
     if len(metrics) and "bytes_up" in metrics:
-        per_round = {(log.round, log.task): (int(log.bytes_up.sum()), int(log.bytes_down.sum()))
+        per_round = {(log.round, log.task): (int(log.bytes_up.sum() - log.late_out[0] + log.late_in[0]),
+                                             int(log.bytes_down.sum() - log.late_out[1] + log.late_in[1]))
                      for log in rec.aggregations()}
         model = metrics["model"] if "model" in metrics else np.zeros(len(metrics), dtype=np.int64)
         for r, m, up, down in zip(metrics["round"], model, metrics["bytes_up"], metrics["bytes_down"]):
@@ -170,7 +173,7 @@ def delay(world, metrics, clients) -> list:
     bad = []
     if not (len(metrics) and "tau" in metrics and len(clients) and not world.recorder.participants_only):
         return bad
-    from ..participation import delay_metrics
+    from ..measures.participation import delay_metrics
     for task in world.tasks:
         m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
         c = clients if "model" not in clients else clients[clients["model"] == task.index]

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from . import invariants, outputs
+from ..measures import group_shares
 from ..scenario import schema as scenario
 from ..sim.world import World
 
@@ -66,6 +67,8 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         checks = invariants.check(world, metrics, clients)
         summary = summarize(world, metrics, clients, build_s, checks)
         summary["delay"] = delays
+        summary["participation_by_group"] = group_shares.over_run(
+            clients, [c.group for c in world.clients], world.tasks[0].client_sizes, [g.name for g in world.groups])
         summary.update(energy_summary(world, clients))
         summary.update(world.protocol.summary())
         for task in world.tasks:
@@ -87,7 +90,7 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
     """FedSUM delay metrics from the participation that happened (clients with weight > 0):
     a `tau` column in metrics.csv; returns (tau_max / tau_avg per model for summary.json,
     per model the last round each client was aggregated in, 0 = never, for partition.csv)."""
-    from ..participation import delay_metrics
+    from ..measures.participation import delay_metrics
 
     out, last_aggregated = {}, {}
     if not len(metrics):
@@ -114,7 +117,8 @@ def account_energy(world) -> None:
     """Energy of every online client per round (clients.csv energy_j), once the run is over
     so that work outliving its round (FedUMF's background jobs) is counted whole:
     compute_watts x compute_time + transmit_watts x comm_time + idle_watts x the rest of the
-    round (none for work no aggregation closed)."""
+    round (none for work no aggregation closed), + compute_watts x a charged evaluation's
+    `eval_time` (docs/fairness.md)."""
     groups = world.groups
     if not any(g.energy is not None for g in groups):
         return
@@ -122,6 +126,7 @@ def account_energy(world) -> None:
     for log in world.recorder.rounds:
         round_time = log.round_time or 0.0
         e = np.full(log.n, np.nan)
+        ev = log.extra.get("eval_time")
         for i, cid in enumerate(log.clients()):
             en = clients[cid].energy
             if en is None:
@@ -132,6 +137,8 @@ def account_energy(world) -> None:
                         + en.idle_watts * max(0.0, round_time - busy))
             else:
                 e[i] = 0.0
+            if ev is not None:
+                e[i] += en.compute_watts * ev[i]
         log.extra["energy_j"] = e
 
 
@@ -235,6 +242,8 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
         partition_frame(world, last_aggregated).to_csv(tmp / "partition.csv", index=False)
         if world.recorder.events is not None:
             world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
+        if world.client_eval is not None:
+            world.recorder.client_eval_frame().to_csv(tmp / "client_eval.csv", index=False)
         for task in world.tasks:
             suffix = "" if len(world.tasks) == 1 else f"_{task.index}"
             params, buffers = world.last_good[task.index]     # saved in the run's dtype (float32/64)

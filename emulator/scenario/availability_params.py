@@ -12,7 +12,9 @@ from devices import availability as av
 from devices.trace_files import read_interval_trace, read_round_trace
 
 from .quantities import FiniteParams, seconds, table, trace_file
-from ..registry import register
+from ..registry import extension_point, register
+
+extension_point("availability", av.Availability)     # a registered class extends it (devices/availability.py)
 
 PROB_FORMS = "a number, a list (one per client of the group), {uniform: [lo, hi]}, {beta: [a, b]} or 'labels'"
 

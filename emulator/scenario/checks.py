@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from .. import registry
+from .selection_params import selection_problems
 from .validation_errors import explain
 
 
@@ -47,7 +48,14 @@ def cross_check(sc) -> list:
                     problems.append((f"workloads[{i}].algorithm.{loc}" if loc else f"workloads[{i}].algorithm", msg))
     if sc.workloads is None and (sc.workload.algorithm is not None or sc.workload.local_steps is not None):
         problems.append(("workload", "algorithm / local_steps overrides belong to multi-model workloads (`workloads:`)"))
+    ev = sc.evaluation
+    if ev is not None and ev.charge and not registry.get("protocol", proto).factory.charges_evaluation:
+        able = sorted(n for n, e in registry.table("protocol").items() if e.factory.charges_evaluation)
+        problems.append(("evaluation.charge", f"protocol.name {proto!r} has no pause between rounds to hold a "
+                                              f"charged evaluation in; charge: true works under {', '.join(able)} "
+                                              "(or leave charge: false: the evaluation is then off the clock)"))
     problems += sc.fleet_problems("", registry.FleetSize(sc.clients.count, len(sc.workload_list)))
+    problems += selection_problems(sc)
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}

@@ -1,12 +1,12 @@
 """Scenario-side description of the fleet: the parameter models of every device model
-(compute, availability, network link, selection), the fleet-wide network settings, and the
+(compute, availability, network link; selection in selection_params.py), the fleet-wide network settings, and the
 factories that build the plain `devices` objects. `devices` itself knows nothing of
 scenarios; factories get a `GroupContext` (the group's client ids, the scenario's folder,
 label histograms) where a model needs one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -14,12 +14,15 @@ from pydantic import Field, field_validator, model_validator
 from devices import compute as cm
 from devices import limits as L
 from devices import network as nw
-from devices import selection as sel
 from devices.trace_files import read_links, read_step_trace
 
 from . import availability_params  # noqa: F401  (registers the availability models)
+from . import selection_params  # noqa: F401  (registers the selection models)
 from .quantities import FiniteParams, MaybeSeconds, bandwidth, seconds, table, trace_file
-from ..registry import Params, register
+from ..registry import Params, extension_point, register
+
+extension_point("compute", cm.ComputeModel)          # a registered class extends it (devices/compute.py)
+extension_point("network", nw.LinkModel)             # ... and this one (devices/network.py)
 
 Redraw = Literal["step", "round", "client"]
 REDRAW_DOC = "draw per step, once per client per round, or once per client for the whole run"
@@ -180,97 +183,6 @@ def _link_trace(p, ctx):
 
 
 register("network", "link_trace", LinkTraceParams, "per-client bandwidths from a links CSV", _link_trace)
-
-
-# ============================================================================ selection
-class _KOrFraction(FiniteParams):
-    k: Optional[int] = Field(None, ge=1, description="clients per round")
-    fraction: Optional[float] = Field(None, gt=0, le=1, description="or a fraction of all clients (k = ceil(fraction*N))")
-
-    @model_validator(mode="after")
-    def _one(self):
-        if (self.k is None) == (self.fraction is None):
-            raise ValueError("give exactly one of k or fraction")
-        return self
-
-    def fleet_problems(self, at, fleet):
-        out = super().fleet_problems(at, fleet)
-        if self.k is not None and self.k > fleet.clients:
-            out.append((f"{at}.k", f"{self.k} clients per round, but clients.count is {fleet.clients}"))
-        return out
-
-
-class UniformSelectParams(_KOrFraction):
-    pass
-
-
-register("selection", "uniform", UniformSelectParams, "k available clients uniformly without replacement",
-         lambda p, ctx=None: sel.UniformSelection(k=p.k, fraction=p.fraction))
-
-
-class AllSelectParams(FiniteParams):
-    pass
-
-
-register("selection", "all", AllSelectParams, "every available client", lambda p, ctx=None: sel.AllSelection())
-
-
-class CyclicParams(_KOrFraction):
-    pass
-
-
-register("selection", "cyclic", CyclicParams, "fixed order, the next block of k clients each round (wrapping)",
-         lambda p, ctx=None: sel.CyclicSelection(k=p.k, fraction=p.fraction))
-register("selection", "reshuffled_cyclic", CyclicParams,
-         "a new random order every epoch of ceil(N/k) rounds, one block per round",
-         lambda p, ctx=None: sel.ReshuffledCyclicSelection(k=p.k, fraction=p.fraction))
-
-
-class BiasedParams(FiniteParams):
-    p: Optional[Union[float, list[float]]] = Field(None, description="probability per client (one number or a list of N)")
-    start: Optional[float] = Field(None, ge=0, le=1, description="or a staircase: p_i = max(floor, start - step*floor(i/every))")
-    step: float = Field(0.0, ge=0, description="staircase step")
-    every: int = Field(1, ge=1, description="clients per stair")
-    floor: float = Field(0.0, ge=0, le=1, description="smallest probability")
-
-    @model_validator(mode="after")
-    def _one(self):
-        if (self.p is None) == (self.start is None):
-            raise ValueError("give exactly one of p or start (staircase)")
-        return self
-
-    def fleet_problems(self, at, fleet):
-        out = super().fleet_problems(at, fleet)
-        if isinstance(self.p, list) and len(self.p) != fleet.clients:
-            out.append((f"{at}.p", f"{len(self.p)} probabilities for clients.count = {fleet.clients} clients"))
-        return out
-
-
-register("selection", "biased", BiasedParams,
-         "each available client independently with its own probability (FedSUM App. H.8 staircase)",
-         lambda p, ctx=None: sel.BiasedSelection(p=p.p, start=p.start, step=p.step, every=p.every, floor=p.floor))
-
-
-class SequenceParams(FiniteParams):
-    sets: list[list[int]] = Field(min_length=1, description="client ids selected in round 1, 2, ... (0-based ids; [] = nobody)")
-    repeat: bool = Field(True, description="start over after the last set (else nobody is selected)")
-
-    @field_validator("sets")
-    @classmethod
-    def _ids(cls, v):
-        if any(c < 0 for s in v for c in s):
-            raise ValueError("client ids are >= 0")
-        return v
-
-    def fleet_problems(self, at, fleet):
-        out = super().fleet_problems(at, fleet)
-        if any(c >= fleet.clients for s in self.sets for c in s):
-            out.append((f"{at}.sets", f"client ids must be below clients.count = {fleet.clients}"))
-        return out
-
-
-register("selection", "sequence", SequenceParams, "a given sequence of client sets, one per round (replay, hand checks)",
-         lambda p, ctx=None: sel.SequenceSelection(sets=p.sets, repeat=p.repeat))
 
 
 # ============================================================================ group extras and fleet-wide network

@@ -21,6 +21,7 @@ from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, Val
                       create_model, field_validator, model_validator)
 
 from . import fleet, yaml_input
+from .evaluation import Evaluation
 from .. import registry
 from .names import check_name
 from ..errors import ScenarioError
@@ -247,6 +248,7 @@ def _build_schema() -> type:
         protocol: T["ProtocolSpec"] = Field(description="protocol block; `name` one of the registered protocols")
         algorithm: T["AlgorithmSpec"] = Field(description="algorithm block; `name` one of the registered algorithms")
         run: Run
+        evaluation: Optional[Evaluation] = Field(None, description="per-client evaluation on each client's local test rows, with every global evaluation (absent: none; docs/fairness.md)")
         executor: T["ExecutorSpec"] = Field(default_factory=lambda: member("executor", "sequential"), description="executor block")
         plugins: Optional[list[str]] = Field(None, description="Python files (relative to this file) or modules imported before validation: they register your own components (recorded with absolute paths)")
         callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")

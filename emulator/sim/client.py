@@ -62,6 +62,20 @@ class Client:
             rng = None
         return m.clock(self.id, round_, rng, now, self.work.get(task), draw)
 
+    def eval_clock(self, round_: int, now: float, task: int = 0):
+        """The step clock of a charged evaluation after round `round_` (docs/fairness.md): the
+        client's compute model in that round, from `now`; a random model draws from a stream of
+        its own (`evaluation.compute`, client, round), so training draws are never consumed
+        (a step time fixed per client is the client's own)."""
+        m = self.compute
+        if not m.random:
+            rng = None
+        elif m.redraw == "client":
+            rng = self.own("compute.client")
+        else:
+            rng = self.streams.keyed("evaluation.compute", self.id, round_)
+        return m.clock(self.id, round_, rng, now, self.work.get(task), None)
+
     def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0, draw=None) -> float:
         return self.clock(round_, now, task, draw).time(steps)
 

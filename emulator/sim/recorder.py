@@ -25,6 +25,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from ..errors import InvariantError
+
 CLIENT_COLUMNS = {  # name -> (dtype, default)
     "available": (bool, False),
     "selected": (bool, False),
@@ -37,6 +39,8 @@ CLIENT_COLUMNS = {  # name -> (dtype, default)
     "bytes_down": (np.int64, 0),
 }
 
+#: client_eval.csv (per-client evaluation, sim/client_evaluation.py; multi-model runs add `model`)
+EVAL_COLUMNS = ("evaluation", "round", "virtual_time", "client", "group", "n", "loss", "acc")
 
 ROUND, JOB, IDLE = "round", "job", "idle"      # RoundLog kinds (module docstring)
 
@@ -46,7 +50,7 @@ class RoundLog:
     `log.at(client)` (the client id itself in a dense log)."""
 
     def __init__(self, round_: int, num_clients: int, task: int = 0, ids=None, aggregation: bool = False,
-                 kind: str = ROUND):
+                 kind: str = ROUND, phases: bool = False):
         self.round, self.task, self.aggregation, self.kind = round_, task, aggregation, kind
         self.num_clients = num_clients
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
@@ -65,28 +69,24 @@ class RoundLog:
         self.extra: dict[str, np.ndarray] = {}
         self.drop_reason: dict[int, str] = {}
         self.round_time = None   # the aggregation's duration (set when it is recorded)
-        self.row = None          # the aggregation's metrics row, once written (`follow_bytes`)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
-        self.sent = np.zeros((2, self.n), dtype=bool)   # a row's download / upload is in `messages`
+        self.recorded = np.zeros(self.n, dtype=bool)    # a row's outcome is written (once: `mark_recorded`)
+        # bytes (up, down) of this log's rows that ended after its metrics row was written
+        # (counted in the model's next row), and those of earlier logs its own row counted
+        self.late_out = np.zeros(2, dtype=np.int64)
+        self.late_in = np.zeros(2, dtype=np.int64)
+        # seconds of each row's download, whole planned computation and upload (NaN: not
+        # reached), kept when a selector observes them (protocols/selecting.py); not in clients.csv
+        self.phases = np.full((3, self.n), np.nan) if phases else None
 
-    def sent_once(self, rows: np.ndarray, done: np.ndarray, direction: str) -> int:
-        """Mark the transfers `done` of these rows as sent; returns how many were not yet
-        (each row's download and upload enter `messages` once, however often its outcome
-        is recorded: sim/protocols/outcome.py)."""
-        sent = self.sent[1 if direction == "up" else 0]
-        new = int(np.count_nonzero(done & ~sent[rows]))
-        sent[rows] |= done
-        return new
-
-    def bytes_sent(self) -> dict:
-        """The bytes this log's clients uploaded and downloaded (its metrics row's)."""
-        return {"bytes_up": int(self.bytes_up.sum()), "bytes_down": int(self.bytes_down.sum())}
-
-    def follow_bytes(self) -> None:
-        """Transfers of this log's round ended after its metrics row was written (FedUMF's
-        background downloads, docs/engine.md): the row counts them too."""
-        if self.row is not None:
-            self.row.update(self.bytes_sent())
+    def mark_recorded(self, rows: np.ndarray) -> None:
+        """These rows' outcomes are written now: once (sim/protocols/outcome.py); a second
+        write is a flemu bug."""
+        if self.recorded[rows].any():
+            i = int(np.flatnonzero(self.recorded[rows])[0])
+            raise InvariantError(f"round {self.round}: client {int(self.clients()[rows[i]])}'s outcome recorded "
+                                 "twice (a row is written once, when its facts are final): a flemu bug")
+        self.recorded[rows] = True
 
     def at(self, client: int) -> int:
         """Row of `client` in this log's columns."""
@@ -156,10 +156,13 @@ class Recorder:
         self.metrics: list[dict] = []
         self.rounds: list[RoundLog] = []
         self.events: Optional[list] = [] if events else None
+        self._late: dict = {}           # model -> (up, down) bytes its next metrics row counts (`late_bytes`)
+        self.phases = False             # ROUND logs keep each row's phase seconds (RoundLog.phases)
+        self.client_evals: list = []      # (model, columns) of each per-client evaluation (client_eval.csv)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
-        log = RoundLog(round_, self.num_clients, task, ids, aggregation)
+        log = RoundLog(round_, self.num_clients, task, ids, aggregation, phases=self.phases)
         self.rounds.append(log)
         return log
 
@@ -186,7 +189,20 @@ class Recorder:
         return [log for log in self.rounds if log.aggregation and (task is None or log.task == task)]
 
     def metric(self, row: dict) -> None:
+        """Append a metrics row (final: nothing changes it afterwards)."""
         self.metrics.append(row)
+
+    def late_bytes(self, log: RoundLog, up: int, down: int) -> None:
+        """Bytes of `log`'s rows that ended after its metrics row was written (FedUMF's
+        background downloads): the model's next metrics row counts them (`take_late`)."""
+        if up or down:
+            log.late_out += (up, down)
+            u, d = self._late.get(log.task, (0, 0))
+            self._late[log.task] = (u + up, d + down)
+
+    def take_late(self, model: int) -> tuple:
+        """(up, down) late bytes of `model` not yet counted in a metrics row; now counted."""
+        return self._late.pop(model, (0, 0))
 
     def event(self, time: float, client: int, state: str, round_: int, detail: str = "") -> None:
         if self.events is not None:
@@ -204,6 +220,23 @@ class Recorder:
             if self.multi_model:
                 f.insert(2, "model", log.task)
             frames.append(f)
+        return pd.concat(frames, ignore_index=True)
+
+    def client_eval(self, columns: dict, task: int = 0) -> None:
+        """One per-client evaluation's rows (`EVAL_COLUMNS`)."""
+        self.client_evals.append((task, columns))
+
+    def client_eval_frame(self) -> pd.DataFrame:
+        """client_eval.csv: every per-client evaluation in order (multi-model runs: a `model`
+        column after `round`)."""
+        frames = []
+        for task, cols in self.client_evals:
+            f = pd.DataFrame(cols, columns=EVAL_COLUMNS)
+            if self.multi_model:
+                f.insert(2, "model", task)
+            frames.append(f)
+        if not frames:
+            return pd.DataFrame(columns=[*EVAL_COLUMNS[:2], *(["model"] if self.multi_model else []), *EVAL_COLUMNS[2:]])
         return pd.concat(frames, ignore_index=True)
 
     def events_frame(self) -> pd.DataFrame:

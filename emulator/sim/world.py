@@ -24,9 +24,11 @@ from ..rng import Streams
 from ..workloads.data import FederatedData
 from ..workloads.datasets import DatasetContext
 from ..workloads.evaluate import ClassificationEval, QuadraticEval, TrainAndTestEval
+from ..workloads.local_rows import LocalRows, hold_out, split_test
 from ..workloads.models import ModelContext
 from ..workloads.partitions import partition_data
 from .client import Client
+from .client_evaluation import ClientEvaluation
 from .network import NetworkSim
 from .recorder import Recorder
 
@@ -47,6 +49,7 @@ class Task:
     client_sizes: np.ndarray
     path: str
     buffers: Optional[torch.Tensor] = None    # global BatchNorm statistics (compute/flat.py), None: none
+    local: Optional[LocalRows] = None         # each client's local test rows (`evaluation:`), None: none
 
 
 def group_sizes(clients_spec) -> list:
@@ -59,7 +62,7 @@ def group_sizes(clients_spec) -> list:
 
 
 def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train: bool = False,
-               data_key: Optional[int] = None) -> Task:
+               data_key: Optional[int] = None, evaluation=None) -> Task:
     """Model `index` of the run. Its data and partition are drawn from streams keyed by
     `data_key` (default `index`): workloads with the same dataset and partition blocks share
     one key, so "the same task" trained as several models (docs/algorithms/multimodel.md A20) sees the same
@@ -75,6 +78,7 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
         from ..scenario.schema import member
         part = member("partition", "natural" if data.natural else "iid")
     data = partition_data(data, part, N, streams.keyed("partition", key), f"{path}.partition")
+    local = None if evaluation is None else local_test_rows(data, part, evaluation, N, streams, key)
     sizes = data.client_sizes()
     if (sizes == 0).any():
         raise ScenarioError([(f"{path}.partition", f"{int((sizes == 0).sum())} clients got no samples; "
@@ -100,7 +104,20 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
     algo_cls = registry.get("algorithm", algo_spec.name).factory
     algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
                                            x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
-    return Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers())
+    return Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers(), local)
+
+
+def local_test_rows(data, partition, spec, N, streams, key) -> LocalRows:
+    """Each client's local test rows (`evaluation.rows`, docs/fairness.md), drawn from streams
+    keyed by the workload's data key; `holdout` removes them from the clients' training rows."""
+    if data.task != "classification":
+        raise ScenarioError([("evaluation", f"per-client evaluation measures classification accuracy; "
+                                            f"{data.name} is a {data.task} task (remove the evaluation block)")])
+    if spec.rows == "test":
+        return split_test(data, partition, N, streams.keyed("evaluation.split", key))
+    train, local = hold_out(data.client_indices, spec.holdout, streams.keyed("evaluation.holdout", key))
+    data.client_indices = train
+    return local
 
 
 class _GroupRngs:
@@ -138,7 +155,8 @@ class World:
         same = [next(j for j in range(i + 1) if (wls[j].dataset, wls[j].partition) == (wl.dataset, wl.partition))
                 for i, wl in enumerate(wls)]
         self.tasks = [build_task(i, wl, f"workloads[{i}]" if multi else "workload", N, self.streams,
-                                 self.device, self.dtype, algorithm_for(sc, i), sc.run.eval_train, same[i])
+                                 self.device, self.dtype, algorithm_for(sc, i), sc.run.eval_train, same[i],
+                                 sc.evaluation)
                       for i, wl in enumerate(wls)]
         self.clients = self._build_clients()
         self.executor = self._build_executor()
@@ -153,6 +171,7 @@ class World:
         self.time_availability = any(m.kind == "time" for _, m in self.group_members)
         self._check_flops()
         self.protocol = proto.factory(self, sc.protocol)
+        self.client_eval = None if sc.evaluation is None else ClientEvaluation(self, sc.evaluation)
         self.wall0 = None
         self.rounds_done = 0
         self.next_eval_k = 1     # next evaluation at next_eval_k x run.eval_every_seconds
@@ -250,6 +269,7 @@ class World:
                    "participants": 0, "selected": 0, "dropped": 0, "bytes_up": 0, "bytes_down": 0,
                    "train_loss": float("nan")}
             row.update(self.evaluate(task))
+            row.update(self.evaluate_clients(task, 0))     # never charged: no round to hold
             self.recorder.metric(row)
             if self.progress is not None:
                 self.progress(row)
@@ -303,6 +323,11 @@ class World:
 
     def evaluate(self, task: Task) -> dict:
         return task.evaluate(task.algorithm.global_params(), task.buffers)
+
+    def evaluate_clients(self, task: Task, round_: int, log=None) -> dict:
+        """Per-client evaluation with the global one (`evaluation:`; none: no columns); `log`:
+        the round's log, where a charged evaluation records each client's `eval_time`."""
+        return {} if self.client_eval is None else self.client_eval.run(task, round_, log)
 
     def client_state_summary(self) -> dict:
         """Per-client algorithm state (algorithms/state.py, docs/client-state.md): bytes held

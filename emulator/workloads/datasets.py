@@ -195,7 +195,8 @@ def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
         o_te += k
     name = "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
     return FederatedData(name, x_tr, y_tr, x_te, y_te, p.classes, (p.dim,),
-                         client_indices=RowRanges(n_train), natural=True)
+                         client_indices=RowRanges(n_train), natural=True,
+                         extra={"test_client_indices": RowRanges(n_test)})   # per-client evaluation's rows: test
 
 
 # --------------------------------------------------------------------------- quadratic

@@ -55,3 +55,46 @@ class QuadraticEval:
         return {"test_loss": f, "gap": gap,
                 "log10_gap": math.log10(gap) if gap > 0 else float("-inf"),
                 "dist_to_opt": float(np.linalg.norm(wn - self.w_star))}
+
+
+class PerClientEval:
+    """Each client's loss and accuracy on its own local test rows (docs/fairness.md): one
+    forward over the concatenated rows of the evaluated clients (in chunks of `batch` rows, as
+    the global evaluation), reduced per client by an index-add, never a forward per client.
+
+    `x`, `y`: the data set's arrays the local rows index (`local.source`), on the run's device;
+    the local rows of every client are gathered once, client after client."""
+
+    def __init__(self, net, x: torch.Tensor, y: torch.Tensor, local, batch: int = 4096):
+        self.net, self.local, self.batch = net, local, batch
+        idx = torch.as_tensor(local.rows, dtype=torch.long, device=x.device)
+        self.x, self.y = x.index_select(0, idx), y.index_select(0, idx)
+        self.sizes = local.sizes()
+
+    @torch.no_grad()
+    def __call__(self, w: torch.Tensor, clients: np.ndarray, buffers=None) -> tuple:
+        """(n, mean loss, accuracy) of each of `clients` (ascending ids, each with rows), as
+        NumPy arrays (int64, float64, float64)."""
+        clients = np.asarray(clients, dtype=np.int64)
+        n = self.sizes[clients]
+        total = int(n.sum())
+        dev = self.x.device
+        owner = torch.repeat_interleave(torch.arange(len(clients), device=dev),
+                                        torch.as_tensor(n, device=dev))
+        pos = None
+        if total != len(self.y):             # a sample of the clients: their rows only
+            pos = torch.as_tensor(self.local.positions(clients), dtype=torch.long, device=dev)
+        loss = torch.zeros(len(clients), dtype=torch.float64, device=dev)
+        correct = torch.zeros(len(clients), dtype=torch.int64, device=dev)
+        for s in range(0, total, self.batch):
+            if pos is None:
+                xb, yb = self.x[s:s + self.batch], self.y[s:s + self.batch]
+            else:
+                at = pos[s:s + self.batch]
+                xb, yb = self.x.index_select(0, at), self.y.index_select(0, at)
+            out = self.net.forward(w, xb, buffers)        # eval mode
+            ob = owner[s:s + self.batch]
+            loss.index_add_(0, ob, F.cross_entropy(out, yb, reduction="none").double())
+            correct.index_add_(0, ob, (out.argmax(1) == yb).long())
+        nn = n.astype(np.float64)
+        return n, loss.cpu().numpy() / nn, correct.cpu().numpy() / nn

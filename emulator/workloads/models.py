@@ -33,13 +33,27 @@ def _flat_dim(ctx):
     return int(np.prod(ctx.input_shape))
 
 
+class StartsAtZero:
+    """Capability of a model (a mix-in of its module): all-zero parameters are a fair start,
+    since its loss is convex in them (no hidden units whose symmetry a zero start would tie).
+    `multi_model`'s `init: auto` starts such a model at 0 (Alg. 1 line 1,
+    docs/algorithms/multimodel.md A17); any other at its framework init."""
+
+
 class LogRegParams(Params):
     pass
 
 
+class LogReg(StartsAtZero, nn.Sequential):
+    """Flatten, then Linear(d, C): the logits of multinomial logistic regression (convex)."""
+
+    def __init__(self, inputs: int, classes: int):
+        super().__init__(nn.Flatten(), nn.Linear(inputs, classes))
+
+
 @register("model", "logreg", LogRegParams, "multinomial logistic regression: Linear(d, C)")
 def logreg(p, ctx):
-    return nn.Sequential(nn.Flatten(), nn.Linear(_flat_dim(ctx), ctx.num_classes))
+    return LogReg(_flat_dim(ctx), ctx.num_classes)
 
 
 class MlpParams(Params):
@@ -235,7 +249,7 @@ class ClosedFormLoss(DirectLoss, abc.ABC):
         """(mean loss of the batch x, its gradient at the flat parameters w)."""
 
 
-class QuadraticModel(ClosedFormLoss, nn.Module):
+class QuadraticModel(ClosedFormLoss, StartsAtZero, nn.Module):
     """Parameters = w in R^d. A sample is (client id[, noise xi]); its loss is
     F_k(w) = 1/2 w^T A_k w - (b_k + xi)^T w + mu/2 ||w||^2 + const_k (docs/algorithms/workloads.md 1.4;
     client_quadratic sets const_k = 1/2 c_k^T A_k c_k so that F_k = 1/2 (w - c_k)^T A_k (w - c_k)).

@@ -5,7 +5,7 @@ client; sizes always sum to the number of training samples.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -56,7 +56,23 @@ def iid(p, y, num_clients, rng, path):
     return _cut(rng.permutation(n), sizes)
 
 
-class DirichletParams(Params):
+class LabelOrder(Params):
+    """Label-skewed partitions may place their clients in label order: device groups are
+    contiguous blocks of client ids, so `order: label` makes a device class hold labels of its
+    own (slow phones that see mostly some digits), the correlation the selection study needs."""
+
+    order: Literal["drawn", "label"] = Field(
+        "drawn", description="drawn: clients as drawn; label: clients sorted by their mean label (then by "
+                             "their first sample), so contiguous device groups hold correlated labels")
+
+
+def in_label_order(parts: list, y: np.ndarray) -> list:
+    """The same parts, sorted by mean label (ties: first sample index); no random draw."""
+    key = [(float(np.mean(y[a])) if len(a) else float("inf"), int(a[0]) if len(a) else -1) for a in parts]
+    return [parts[i] for i in sorted(range(len(parts)), key=key.__getitem__)]
+
+
+class DirichletParams(LabelOrder):
     alpha: float = Field(gt=0, description="concentration; smaller = more label skew")
     min_size: int = Field(1, ge=0, description="redraw until every client has at least this many samples (100 tries)")
     sizes: Optional[SizesSpec] = Field(None, description="client sizes, e.g. {lognormal: 0.3} or {pattern: [200]}: each client then draws its own Dir(alpha) label mixture and samples without replacement")
@@ -113,7 +129,7 @@ def _dirichlet_with_sizes(p, y, num_clients, rng, path):
     return parts
 
 
-class ShardsParams(Params):
+class ShardsParams(LabelOrder):
     classes_per_client: int = Field(2, ge=1, description="shards (hence at most this many labels) per client")
 
 
@@ -177,6 +193,9 @@ def partition_data(data, spec, num_clients: int, rng, path: str):
     if len(data.y_train) < num_clients:
         raise ScenarioError([(path, f"{len(data.y_train)} training samples cannot be split among {num_clients} clients")])
     from ..registry import get
-    data.client_indices = get("partition", name).factory(spec, data.y_train, num_clients, rng, path)
+    parts = get("partition", name).factory(spec, data.y_train, num_clients, rng, path)
+    if isinstance(spec, LabelOrder) and spec.order == "label":
+        parts = in_label_order(parts, data.y_train)
+    data.client_indices = parts
     data.natural = False
     return data

@@ -33,6 +33,14 @@ def _scrub_text(text: str, out: Path) -> str:
     return text.replace(str(out), "<out>").replace(str(ROOT), "<root>")
 
 
+def _scrub_yaml(o, out: Path):
+    if isinstance(o, dict):
+        return {k: _scrub_yaml(v, out) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_scrub_yaml(v, out) for v in o]
+    return _scrub_text(o, out) if isinstance(o, str) else o
+
+
 def _scrub_json(o):
     if isinstance(o, dict):
         return {k: _scrub_json(v) for k, v in o.items() if WALL not in k and k != "torch_threads"}
@@ -52,7 +60,10 @@ def normalized(path: Path, out: Path) -> bytes:
         return _scrub_text(buf.getvalue(), out).encode()
     if path.suffix == ".json":
         return json.dumps(_scrub_json(json.loads(path.read_text())), indent=1, sort_keys=True).encode()
-    if path.suffix in (".yaml", ".yml", ".txt"):
+    if path.suffix in (".yaml", ".yml"):        # parsed: a long machine path must not wrap differently
+        import yaml
+        return json.dumps(_scrub_yaml(yaml.safe_load(path.read_text()), out), indent=1, sort_keys=True).encode()
+    if path.suffix == ".txt":
         return _scrub_text(path.read_text(), out).encode()
     return path.read_bytes()
 
@@ -131,7 +142,7 @@ def add_to_changelog(reason: str, shifted: list[str], added: list[str]) -> None:
     text = CHANGELOG.read_text()
     lines = text.splitlines(keepends=True)
     at = next(i for i, ln in enumerate(lines) if ln.startswith("**"))      # the current entry
-    cases = ", ".join(shifted) if shifted else "none"
+    cases = (", ".join(shifted) if len(shifted) <= 12 else f"{len(shifted)} of them") if shifted else "none"
     new = (f" Cases added: {', '.join(added)}." if 0 < len(added) <= 8 else
            f" {len(added)} cases added." if added else "")
     bullet = f"- **Golden check updated** ({datetime.date.today()}): {reason} Cases that shifted: {cases}.{new}\n"

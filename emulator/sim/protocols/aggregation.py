@@ -1,4 +1,4 @@
-"""A protocol's aggregation step (docs/engine.md, "Aggregation"): resolve the uploads the
+"""A protocol's aggregation step (docs/engine.md, "After an aggregation"): resolve the uploads the
 algorithm reads (lazily: the others are never computed), call the algorithm, record its
 weights and columns; then `finish_aggregation` builds the metrics row and runs what follows
 an aggregation as callbacks `(world, Aggregated)`: the protocol's `before_record` list
@@ -34,9 +34,11 @@ class Aggregating:
         algo = task.algorithm
         if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
             return self.aggregate_cohort(task, t, items, log)
+        sw = self.selection_weights          # the round's selection weights (protocols/selecting.py), or None
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
-                            train_loss=float("nan"), meta=u.meta) for cid, u, steps in items]
+                            train_loss=float("nan"), meta=u.meta, selection_weight=None if sw is None else sw[cid])
+                    for cid, u, steps in items]
         need = set(algo.reads(t, arrivals)) if arrivals else set()
         lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
         read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
@@ -73,8 +75,10 @@ class Aggregating:
             if got != dim:
                 raise InvariantError(f"{algo.name}: clients uploaded {got} parameters but the "
                                      f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
+        sw = self.selection_weights
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
-                    steps=cohort.steps, params=res_params, train_loss=loss)
+                    steps=cohort.steps, params=res_params, train_loss=loss,
+                    selection_weight=None if sw is None else np.array([sw[c] for c in cohort.clients.tolist()]))
         agg = algo.aggregate_rows(t, rows)
         self.record_aggregation(log, agg)
         return rows, agg
@@ -117,16 +121,27 @@ class Aggregating:
         w = self.world
         w.rounds_done = max(w.rounds_done, t)
         row, train_loss = self.metrics_row(task, t, arrivals, log, extra)
-        done = Aggregated(task, t, row, train_loss)
+        done = Aggregated(task, t, row, train_loss, log=log)
         for callback in self.before_record:
             callback(w, done)
         w.recorder.metric(row)
-        log.round_time, log.row = row.get("round_time"), row
+        log.round_time = row.get("round_time")
         if done.diverged is not None:
             raise done.diverged
         for callback in self.after_record:
             callback(w, done)
         return row
+
+    def row_bytes(self, task, log) -> dict:
+        """The bytes an aggregation's metrics row counts, each byte in one row, final when
+        the row is written (docs/engine.md, "Bytes"): its log's recorded rows, the transfers
+        that ended of its work still running (FedUMF's background work: `OpenSheets.report`),
+        and the model's bytes that ended after their own round's row was written."""
+        u, d = self.open_sheets.report(log)
+        up, down = int(log.bytes_up.sum()) + u, int(log.bytes_down.sum()) + d
+        late = self.world.recorder.take_late(task.index)
+        log.late_in += late
+        return {"bytes_up": up + late[0], "bytes_down": down + late[1]}
 
     def metrics_row(self, task, t: int, arrivals, log, extra: Optional[dict]) -> tuple:
         """The aggregation's metrics row (before evaluation) and its train loss (None: no
@@ -141,7 +156,7 @@ class Aggregating:
         row = {"round": t, "model": task.index, "virtual_time": self.env.now, "wall_time": self.world.wall(),
                "participants": len(arrivals), "selected": int(log.selected.sum()),
                "dropped": int(log.dropped.sum()),
-               **log.bytes_sent(), "train_loss": train_loss}
+               **self.row_bytes(task, log), "train_loss": train_loss}
         if extra:
             row.update(extra)
         return row, (train_loss if len(losses) else None)
@@ -151,13 +166,14 @@ class Aggregating:
 class Aggregated:
     """What an after-aggregation callback sees: the model's task, the round, the metrics row
     being built (a `before_record` callback may add columns), the round's train loss (None:
-    no arrival reported one), and the divergence found (None: none)."""
+    no arrival reported one), the divergence found (None: none) and the round's log."""
 
     task: object
     round: int
     row: dict
     train_loss: Optional[float]
     diverged: Optional[DivergedError] = None
+    log: object = None
 
 
 def check_divergence(world, done: Aggregated) -> None:
@@ -170,7 +186,8 @@ def check_divergence(world, done: Aggregated) -> None:
 
 def evaluate_when_due(world, done: Aggregated) -> None:
     """Evaluate every `run.eval_every` rounds (or at the first aggregation at or after each
-    point of the `eval_every_seconds` grid) and at the last round, unless diverged."""
+    point of the `eval_every_seconds` grid) and at the last round, unless diverged; the
+    clients' own evaluation (`evaluation:`) goes with the global one."""
     run, t, now = world.sc.run, done.round, world.env.now
     last = run.rounds is not None and t >= run.rounds
     due = t % run.eval_every == 0
@@ -181,6 +198,7 @@ def evaluate_when_due(world, done: Aggregated) -> None:
             world.next_eval_k += 1
     if done.diverged is None and (due or last):
         done.row.update(world.evaluate(done.task))
+        done.row.update(world.evaluate_clients(done.task, done.round, done.log))
 
 
 def keep_last_good(world, done: Aggregated) -> None:

@@ -4,19 +4,29 @@ Every client loops on its own: download the current model (and its version), tra
 local steps, upload; the server merges each arrival the moment it lands (in arrival order;
 SimPy's order at equal times), and the client is re-triggered at once (`trigger:
 immediate`, so every online client is always busy). An offline client waits until it is
-next online; going offline mid-work loses that update. One metrics row per merge (round =
-the server's version); evaluation every `run.eval_every` merges or, with
-`run.eval_every_seconds`, at the first merge at or after each point of that time grid.
-Per-round availability models are asked with the client's own job count as the round.
+next online; going offline mid-work loses that update.
+
+Three counts, one name each (docs/engine.md, "async"):
+- `job`: a client's job key, 1, 2, ... per client; it advances at every try (a client that
+  had to wait offline skips numbers). Per-round availability models are asked with it as
+  their round; batches and network draws are keyed by it (`Call.round`, `Work.round`);
+  clients.csv `job`.
+- `version`: the model version, the updates the algorithm applied (`VersionedModel`);
+  `downloaded`: the version a job downloaded (its staleness is counted from it). With a
+  buffer of K > 1 arrivals, the version advances once every K merges. metrics.csv `version`.
+- `merge`: the merge index, 1, 2, ...: the server's merges so far, this one included. It is
+  the aggregation's round (`aggregate`, `finish_aggregation`, `run.rounds`,
+  `run.eval_every`) and the `round` column of metrics.csv (one row per merge) and of
+  clients.csv.
 
 clients.csv has one row per client job that ended (not one per client per merge): `round`
-is the merge it was aggregated in, `job` the client's job key (1, 2, ...: it advances at every
-try, so a client that had to wait offline skips numbers; batches are drawn per job key). A job lost to
-a dropout is recorded too, with `dropped` and the reason, under the round of the next merge
-(the one it would have counted toward at the earliest); it is not an aggregation, so it
-never enters the delay metrics or the merge count. `(client, job)` is unique; so is
-`(round, client)` among aggregated rows. `available` is True on every row (a client starts a
-job only when online): per-merge availability of the fleet is not recorded under async.
+is the merge it was aggregated in. A job lost to a dropout is recorded too, with `dropped`
+and the reason, under the next merge (the one it would have counted toward at the
+earliest); it is not an aggregation, so it never enters the delay metrics or the merge
+count. `(client, job)` is unique; so is `(round, client)` among aggregated rows. `available`
+is True on every row (a client starts a job only when online): per-merge availability of the
+fleet is not recorded under async. Evaluation: every `run.eval_every` merges or, with
+`run.eval_every_seconds`, at the first merge at or after each point of that time grid.
 """
 from __future__ import annotations
 
@@ -47,7 +57,7 @@ class Async(Protocol):
         w, env = self.world, self.env
         self.finished = False
         self.done = env.event()
-        self.merges = 0
+        self.merges = 0                 # merges so far: the last merge index
         self.t_last = 0.0
         self._waiters = []
         for c in w.clients:
@@ -58,7 +68,7 @@ class Async(Protocol):
         env, w = self.env, self.world
         job = 0
         while not self.finished:
-            job += 1          # the client's job key: its availability round and batch-stream key
+            job += 1
             now = env.now
             if not client.availability.online(client.id, job, now):
                 nxt = client.availability.next_online(client.id, now)
@@ -71,34 +81,33 @@ class Async(Protocol):
                 else:
                     yield env.timeout(nxt - now)
                 continue
-            algo = task.algorithm
-            v0 = algo.version
+            downloaded = task.algorithm.version
             bc = self.broadcast(task, job)
             log = w.recorder.job_log(client.id, job, task.index)
             log.available[0] = log.selected[0] = True
             steps = self.local_steps(client.id, task)
             sheet = self.open_sheet(log, task)       # the job's outcome, recorded when it ends
-            call = Call(task, job, bc, sheet, None, lambda cid, up, st: self.merge(task, cid, up, st, sheet, v0))
+            call = Call(task, job, bc, sheet, None,
+                        lambda cid, up, st: self.merge(task, cid, up, st, sheet, downloaded))
             yield from self.participate(call, client, steps)
             if sheet in self.open_sheets:            # it stopped (or arrived once the run was over)
                 sheet.close(env.now)
-                if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated
-                    w.recorder.commit(log, self.merges + 1)
+                if log.dropped[0] and not self.finished:    # lost work is recorded, not aggregated:
+                    w.recorder.commit(log, self.merges + 1)  # under the next merge
 
-    def merge(self, task, cid, up, steps, sheet, v0):
-        """The server merges one arrival (Xie Alg. 1 updater)."""
+    def merge(self, task, cid, up, steps, sheet, downloaded):
+        """The server merges one arrival (Xie Alg. 1 updater): the job that downloaded model
+        version `downloaded`."""
         if self.finished:
             return
         env, w = self.env, self.world
         sheet.close(env.now)
         log = sheet.log
-        algo = task.algorithm
-        next_version = algo.version + 1     # the aggregation's round number: the version it makes
-        arrivals, agg = self.aggregate(task, next_version, [(cid, up, steps)], log, round_of=lambda c: v0)
-        self.merges += 1
-        merge = self.merges
+        merge = self.merges + 1             # this merge's index: the aggregation's round
+        arrivals, agg = self.aggregate(task, merge, [(cid, up, steps)], log, round_of=lambda c: downloaded)
+        self.merges = merge
         w.recorder.commit(log, merge)
-        extra = {"round_time": env.now - self.t_last, "version": algo.version, **agg.round_cols}
+        extra = {"round_time": env.now - self.t_last, "version": task.algorithm.version, **agg.round_cols}
         self.t_last = env.now
         self.finish_aggregation(task, merge, arrivals, log, extra)
         waiters, self._waiters = self._waiters, []

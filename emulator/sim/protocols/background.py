@@ -17,8 +17,9 @@ later round reads it). It produces nothing when:
 - the run ends first (`run_end`).
 Stopped work keeps the compute time it had used; clients.csv marks background rows with
 `trained` and `background_stop` (why it stopped), never `dropped` (that is for participants).
-Its download counts in its round's bytes whenever it ends, after the round closed too (the
-round's metrics row follows: docs/engine.md, "Background work's bytes").
+Its row in its round's log is recorded once, when the work ends or stops (perhaps rounds
+later); its download's bytes count in its round's metrics row if the download ended by the
+round's aggregation, else in the model's next metrics row (docs/engine.md, "Bytes").
 """
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ class Background:
         self.proto = protocol
         self.env = protocol.env
         self.running: dict = {}        # client -> (process, work, spec)
-        self.this_round: list = []     # the outcome sheets of the work started this round
 
     def start(self, client, task, t: int, bc, log, draws=None) -> None:
         """Client trains `local_steps` from this round's broadcast without uploading."""
@@ -40,17 +40,8 @@ class Background:
         if old is not None and old[0].is_alive:
             old[0].interrupt("superseded")           # only the latest update is kept (spec 2.5)
         sheet = self.proto.open_sheet(log, task, drop=False)    # its row in round t's log, never dropped
-        self.this_round.append(sheet)
         proc = self.env.process(self._train(client, task, t, bc, sheet, draws))
         self.running[client.id] = (proc, None, None)
-
-    def record_round(self, now: float) -> None:
-        """Round t closed: record its background work as it stands (a download that ended
-        counts in the round's bytes); each is recorded again when it ends or stops."""
-        for sheet in self.this_round:
-            if sheet in self.proto.open_sheets:
-                sheet.record(now)
-        self.this_round = []
 
     def _train(self, client, task, t, bc, sheet, draws=None):
         proto, algo, log = self.proto, task.algorithm, sheet.log
@@ -73,7 +64,7 @@ class Background:
                 algo.forget(cid, reason)
 
         yield from proto.guard(work, body(), stopped)
-        sheet.close(self.env.now)         # into round t's log, perhaps after the round closed
+        sheet.close(self.env.now)         # into round t's log, once: perhaps after the round closed
 
     def settle(self, client, task, t: int, mode: str):
         """Client is selected in round t: what becomes of its background job if it still runs.

@@ -7,6 +7,7 @@ broadcast, and how a round goes (cohort or client by client; planned seconds; bu
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Optional
 
 import numpy as np
@@ -21,6 +22,7 @@ from ..draws import RoundDraws
 from ..simpy_internals import closing_time, start_all  # noqa: F401 (closing_time: protocols import it here)
 from .aggregation import AFTER_RECORD, BEFORE_RECORD, Aggregating
 from .round_times import round_times
+from .sheet import OpenSheets
 from .work import Call, Pieces, Work, WentOffline  # noqa: F401 (re-exported: protocols import them here)
 
 
@@ -75,15 +77,19 @@ class LocalWorkParams(Params):
         return self
 
 
-class Protocol(Pieces, Aggregating):
+class Protocol(Pieces, Aggregating, ABC):
     """A protocol: owns virtual time (its `process` is the run's SimPy process) and composes
-    the pieces of clients' work into rounds. Declares `multi_model` and `records_per_job`."""
+    the pieces of clients' work into rounds. Required: `process` (abstract); optional:
+    `summary`, `models_due`. Declares `multi_model` and `records_per_job`."""
 
     name = "?"
     #: trains several models at once (`workloads:`); single-model protocols refuse them
     multi_model = False
     #: records one clients.csv row per client job (JOB logs, sim/recorder.py), not per round
     records_per_job = False
+    #: pauses between rounds for a charged per-client evaluation (`evaluation.charge`,
+    #: docs/fairness.md): its loop calls `hold_for_evaluation` after each aggregation
+    charges_evaluation = False
 
     def __init__(self, world, params):
         self.world = world
@@ -92,16 +98,13 @@ class Protocol(Pieces, Aggregating):
         self.multicast = False          # a protocol with `broadcast: multicast` sets it
         self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
-        self.selector = None            # a protocol with `select` sets it (`make_selector`)
-        self.open_sheets = {}           # outcome sheets not yet closed, in order (work.py: `open_sheet`)
+        self.selector = None            # a protocol with `select` sets it (selecting.py: `Selecting`)
+        self.selection_weights = None   # {client: weight} of the round's selection, when it gives them
+        self.open_sheets = OpenSheets()  # outcome sheets not yet closed (work.py: `open_sheet`)
+        self.evaluation_wait = 0.0      # seconds a charged evaluation holds the next round (`hold_for_evaluation`)
         # what follows each aggregation (sim/protocols/aggregation.py): callbacks (world, Aggregated)
         self.before_record = list(BEFORE_RECORD)
         self.after_record = list(AFTER_RECORD)
-
-    @staticmethod
-    def make_selector(spec):
-        """The server-side selection a protocol's `select` block names."""
-        return registry.get("selection", spec.model).factory(spec)
 
     def available(self, t: int) -> np.ndarray:
         """Ids of the clients online now (per-round models asked for round t), per device group."""
@@ -109,8 +112,9 @@ class Protocol(Pieces, Aggregating):
         out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
+    @abstractmethod
     def process(self):
-        raise NotImplementedError
+        """Required. The run's SimPy process (a generator): every round, until the run stops."""
 
     def summary(self) -> dict:
         """Protocol-specific figures for summary.json (default none)."""
@@ -186,7 +190,15 @@ class Protocol(Pieces, Aggregating):
             t += 1
             if (yield from each(t)):
                 break
+            yield from self.hold_for_evaluation()
         return True
+
+    def hold_for_evaluation(self):
+        """Generator, after an aggregation: a charged per-client evaluation ran on it; the next
+        round starts when its slowest client has finished (docs/fairness.md, "Charged")."""
+        wait, self.evaluation_wait = self.evaluation_wait, 0.0
+        if wait > 0:
+            yield self.env.timeout(wait)
 
     def ready_for(self, t: int):
         """Generator, before round t of a round-based protocol: True to run it; False when
@@ -257,4 +269,7 @@ class Protocol(Pieces, Aggregating):
     def round_draws(self, t: int, clients, steps=None) -> RoundDraws:
         """The round's bulk random draws for the clients that work in it (sim/draws.py)."""
         return RoundDraws(self.world, t, clients, steps)
+
+
+registry.extension_point("protocol", Protocol, functions=False)
 

@@ -12,8 +12,8 @@ d, u: the client's nominal download and upload times (its own link's latency and
 bandwidth; over shared links or with jitter the real transfer may be slower, and an upload
 that then misses the interval's end is dropped as `late`); c_j: the j-th iteration's time.
 An iteration is one mini-batch step (`iteration: batch`) or one shuffled pass over the
-client's data (`iteration: epoch`, docs/algorithms/tsfl.md 2.2 A1); with the `iterations` compute model the
-model gives tau directly. Iterations that would not finish are not started; no work carries
+client's data (`iteration: epoch`, docs/algorithms/tsfl.md 2.2 A1); a compute model that declares
+`counts_iterations` (the `iterations` model) gives tau directly. Iterations that would not finish are not started; no work carries
 over. With `min_iterations: m` only clients with tau > m upload (docs/algorithms/tsfl.md 5.2).
 
 Time-varying data (T-SFL Case 3, docs/algorithms/tsfl.md 6.3): with `data_sizes`, client i trains in
@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import math
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from ...compute.batches import steps_per_epoch
 from ...registry import Params, register
+from ...scenario.selection_params import SelectingProtocol
 from .base import Call, Gate, Protocol, closing_time, default_select
+from .outcome import record_unrun
+from .selecting import Selecting
 
 EPS = 1e-9   # docs/algorithms/tsfl.md 2.3 relative float guard
 
@@ -54,21 +57,27 @@ class DataSizes(Params):
         return self
 
 
-class IntervalsParams(Params):
+class IntervalsParams(Params, SelectingProtocol):
     interval: float = Field(gt=0, description="interval length delta, virtual seconds")
     iteration: Literal["epoch", "batch"] = Field("epoch", description="one local iteration = a pass over the client's data (epoch) or one mini-batch step (batch)")
     max_iterations: Optional[int] = Field(None, ge=0, description="cap on iterations per interval")
     min_iterations: Optional[int] = Field(None, ge=0, description="only clients with tau > m upload (T-SFL 2-/4-iteration systems)")
     select: "SelectionSpec" = Field(default_factory=default_select, description="which online clients take part")
     data_sizes: Optional[DataSizes] = Field(None, description="time-varying local data (T-SFL Case 3); none = all samples")
+    probe_phase: ClassVar[bool] = False     # the interval's clock cannot take a probe phase
+
+    def deadline(self):
+        return self.interval
 
 
 class Intervals(Protocol):
     name = "intervals"
+    charges_evaluation = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
-        self.selector = self.make_selector(params.select)
+        self.selecting = Selecting(self, params.select)
+        self.selector = self.selecting.selector
 
     def subset(self, cid: int, t: int, pool: int) -> Optional[np.ndarray]:
         """This interval's local sample numbers (Case 3), or None for all of them."""
@@ -88,7 +97,7 @@ class Intervals(Protocol):
         clock = client.clock(t, start, task.index, draw)
         n = int(task.client_sizes[client.id]) if n_samples is None else n_samples
         spi = steps_per_epoch(n, task.batch_size) if self.p.iteration == "epoch" else 1
-        if client.compute.name == "iterations":        # the model counts iterations itself
+        if client.compute.counts_iterations:           # declared: the model counts iterations itself
             tau = clock.fit(budget)
             cap = self.p.max_iterations
             tau = tau if cap is None else min(tau, cap)
@@ -121,6 +130,7 @@ class Intervals(Protocol):
         while not w.should_stop():
             t += 1
             yield from self.interval(t)
+            yield from self.hold_for_evaluation()
 
     def interval(self, t: int):
         w, env, p = self.world, self.env, self.p
@@ -130,7 +140,7 @@ class Intervals(Protocol):
         log = w.recorder.round_log(t)
         avail = self.available(t)
         log.available[avail] = True
-        chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
+        chosen = yield from self.selecting.select(t, avail)
         log.selected[chosen] = True
         bc = self.broadcast(task, t)
         gate = Gate(env, 0)              # collects arrivals; the interval closes on the clock
@@ -155,8 +165,7 @@ class Intervals(Protocol):
             if p.min_iterations is not None and tau <= p.min_iterations:
                 # not allowed to upload (docs/algorithms/tsfl.md 5.2): its work is never read, so never computed;
                 # its virtual compute time still counts
-                log.steps[cid], log.compute_time[cid], log.min_compute[cid] = tau, dur, tau * floor
-                log.drop(cid, "min_iterations")
+                record_unrun(log, cid, tau, dur, tau * floor, "min_iterations")
                 continue
             plan = (tau, spi, dur, floor, rows)
             procs.append(env.process(self.train_for(Call(task, t, bc, sheet, draws, gate.arrive), c, plan)))
@@ -164,6 +173,7 @@ class Intervals(Protocol):
         items = yield from self.close_round(gate, procs)
         sheet.close(env.now)
         arrivals, agg = self.aggregate(task, t, items, log)
+        self.selecting.observe(t, log, items, arrivals)
         taus = [a.meta["tau"] for a in arrivals]
         extra = {"round_time": env.now - t0, "n_candidates": len(arrivals),
                  "tau_mean": float(np.mean(taus)) if taus else float("nan"),

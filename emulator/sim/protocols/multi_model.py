@@ -27,11 +27,12 @@ from pydantic import Field, model_validator
 
 from devices.assignment import MfaRand, MfaRR, Sequential
 
-from ... import gain as G
+from ...measures import gain as G
 from ...registry import Params, register
 from ..client import State
 from .base import Call, Gate, LocalWorkParams, Protocol, closing_time
 from ..simpy_internals import Driver
+from ...workloads.models import StartsAtZero
 from .rounds import Wait, WaitAll
 
 
@@ -53,7 +54,7 @@ class MultiModelParams(LocalWorkParams):
     rr_resample: Literal["frame", "round"] = Field("frame", description="MFA-RR: sample the K clients once per frame (A4) or every round")
     allow_unequal_groups: bool = Field(False, description="allow group sizes that differ by one when M does not divide K (A5)")
     rounds_per_model: Optional[int] = Field(None, ge=1, description="sequential: rounds of each model (default run.rounds / M)")
-    init: Literal["auto", "zeros", "framework"] = Field("auto", description="start models at 0 (Alg. 1 line 1; auto: quadratic and logreg) or at the framework init (A17)")
+    init: Literal["auto", "zeros", "framework"] = Field("auto", description="start models at 0 (Alg. 1 line 1; auto: models declared StartsAtZero, quadratic and logreg) or at the framework init (A17)")
     wait: Wait = Field(default_factory=WaitAll, description="all | {mode: deadline, seconds}")
     gain: GainParams = Field(default_factory=GainParams, description="reading the gain off the run")
 
@@ -96,8 +97,7 @@ class MultiModel(Protocol):
             self.assigner = Sequential(M, R, p.k)
         self.rng = world.streams.generator("assignment")
         for task in world.tasks:                       # Alg. 1 line 1: models start at 0 (A17)
-            model = world.sc.workload_list[task.index].model.name
-            if p.init == "zeros" or (p.init == "auto" and model in ("quadratic", "logreg")):
+            if p.init == "zeros" or (p.init == "auto" and isinstance(task.net.module, StartsAtZero)):
                 task.algorithm.start_from(torch.zeros_like(task.algorithm.global_params()))
         self.series = {m: ([], [], []) for m in range(M)}   # model -> evaluated (rounds, values, times)
         self.all_hit = None       # (T_P, virtual time) once every model met its target

@@ -12,9 +12,10 @@
 - `Outcomes` and `record_outcomes`: a round's participants (or one job, or one client's
   background work), what became of each (when its download, computation and upload ended;
   when and why it stopped), and the one function that turns them into the round log's
-  comm_time, compute_time, steps, bytes, messages and drops, for both engines: the vector
-  engine computes the outcomes in NumPy (vector.py), the process engine fills them as its
-  pieces end (sheet.py).
+  comm_time, compute_time, steps, bytes, messages and drops, for both engines, once per
+  row (when its facts are final): the vector engine computes the outcomes in NumPy
+  (vector.py), the process engine fills them as its pieces end (sheet.py).
+- `record_unrun`: work decided and never run (intervals' `min_iterations`), written once.
 """
 from __future__ import annotations
 
@@ -82,14 +83,16 @@ class Outcomes:
 
 
 def record_outcomes(log, o: Outcomes, messages, drop: bool = True) -> np.ndarray:
-    """Write `o` into the round log `log`: comm_time, compute_time, steps, min_compute, bytes,
-    messages (`messages`: ((parameters, bytes) down, (parameters, bytes) up)), and, with
-    `drop`, the stopped clients as dropped with their reason (work that was no participation,
-    such as background training, is recorded with `drop=False`). Recording the same clients
-    again as their work goes on rewrites their cells and adds only the messages not yet
-    recorded (`RoundLog.sent`). Returns which clients arrived (their upload ended by `at`)."""
+    """Write `o` into the round log `log`, once per row (their facts are final: a row written
+    twice is a flemu bug): comm_time, compute_time, steps, min_compute, bytes_down,
+    bytes_up, the messages sent (`messages`: ((parameters, bytes) down, (parameters, bytes)
+    up)), and, with `drop`, the stopped clients that did not arrive as dropped with their
+    reason (work that was no participation, such as background training, is recorded with
+    `drop=False`). Returns which clients arrived (their upload ended by `at`)."""
     (numel_down, bytes_down), (numel_up, bytes_up) = messages
     t0, steps, at, stopped = o.t0, o.steps, o.at, o.stopped
+    rows = log.positions(o.ids)
+    log.mark_recorded(rows)
     with np.errstate(invalid="ignore"):      # inf - inf of a step that never ends: masked out
         down_done, up_started, arrived = o.down <= at, o.compute <= at, o.up <= at
         computing = down_done & ~up_started
@@ -99,17 +102,30 @@ def record_outcomes(log, o: Outcomes, messages, drop: bool = True) -> np.ndarray
         elapsed = np.where(computing & stopped, at - o.down, 0.0)
         partial = steps_done(steps, elapsed, o.dur)
         rec_steps = np.where(up_started, steps, np.where(computing & stopped, partial, 0)).astype(np.int64)
-        rows = log.positions(o.ids)
         log.comm_time[rows] = comm
         log.steps[rows] = rec_steps
         log.compute_time[rows] = np.where(up_started, o.dur, elapsed)
         log.min_compute[rows] = np.where(up_started | (computing & stopped), rec_steps * o.floor, 0.0)
+    if log.phases is not None:     # what a selector observes (protocols/selecting.py)
+        with np.errstate(invalid="ignore"):
+            log.phases[:, rows] = [np.where(down_done, o.down - t0, np.nan), np.where(down_done, o.dur, np.nan),
+                                   np.where(arrived, o.up - o.compute, np.nan)]
     carried = down_done if o.carries is None else down_done & o.carries
     log.bytes_down[rows] = np.where(carried, bytes_down, 0)
     log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
-    log.messages.extend([(numel_down, bytes_down, "down")] * log.sent_once(rows, carried, "down")
-                        + [(numel_up, bytes_up, "up")] * log.sent_once(rows, arrived, "up"))
+    log.messages.extend([(numel_down, bytes_down, "down")] * int(np.count_nonzero(carried))
+                        + [(numel_up, bytes_up, "up")] * int(np.count_nonzero(arrived)))
     if drop:
         for i in np.flatnonzero(stopped & ~arrived):
             log.drop(int(o.ids[i]), o.reason if isinstance(o.reason, str) else o.reason[i])
     return arrived
+
+
+def record_unrun(log, client: int, steps: int, duration: float, min_compute: float, reason: str) -> None:
+    """Work decided at its round's start and never run (intervals' clients with tau at most
+    `min_iterations`: their work is never read, so never computed): its planned steps and
+    compute seconds count, no transfer; recorded once, when decided, as dropped for `reason`."""
+    i = log.at(client)
+    log.mark_recorded(np.array([i]))
+    log.steps[i], log.compute_time[i], log.min_compute[i] = steps, duration, min_compute
+    log.drop(client, reason)

@@ -1,9 +1,9 @@
-"""A round's seconds in NumPy (docs/engine.md, "Engines"): for participants that start
-at once over dedicated links, each one's download, compute (with the floor of one step's time)
-and upload seconds, per device group, with the same float operations as the client's own
-pieces (its link's transfer time, its step clock), so the same seconds to the last bit. The
-vector engine computes its round from them; the process engine plans its pieces with them
-(`Protocol.planned_seconds`)."""
+"""A round's seconds in NumPy (docs/engine.md, "The two engines of rounds"): for
+participants that start at once over dedicated links, each one's download, compute (with the
+floor of one step's time) and upload seconds, per device group, with the same float
+operations as the client's own pieces (its link's transfer time, its step clock), so the
+same seconds to the last bit. The vector engine computes its round from them; the process
+engine plans its pieces with them (`Protocol.planned_seconds`)."""
 from __future__ import annotations
 
 import numpy as np

@@ -18,7 +18,9 @@ from ...algorithms.base import BackgroundTraining
 from ...registry import Params, register
 from ..client import State
 from .background import Background
+from ...scenario.selection_params import SelectingProtocol
 from .base import Call, Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .selecting import Selecting
 from .cohort import submit_cohort
 from ..simpy_internals import Driver
 from .vector import vector_round
@@ -48,7 +50,7 @@ Wait = Annotated[Union[WaitAll, WaitDeadline, WaitFirstK], Field(discriminator="
                  BeforeValidator(lambda v: {"mode": v} if isinstance(v, str) else v)]
 
 
-class RoundsParams(LocalWorkParams):
+class RoundsParams(LocalWorkParams, SelectingProtocol):
     select: "SelectionSpec" = Field(default_factory=default_select,
                                     description="server-side selection among available clients")
     wait: Wait = Field(default_factory=WaitAll, description="all | {mode: deadline, seconds} | {mode: first_k, k}")
@@ -59,13 +61,18 @@ class RoundsParams(LocalWorkParams):
         "auto", description="process: a SimPy process per participant; vector: NumPy over the round and one "
                             "timeout (when nothing can interrupt a client mid-round); auto: vector where it applies")
 
+    def deadline(self):
+        return self.wait.seconds if self.wait.mode == "deadline" else None
+
 
 class Rounds(Protocol):
     name = "rounds"
+    charges_evaluation = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
-        self.selector = self.make_selector(params.select)
+        self.selecting = Selecting(self, params.select)
+        self.selector = self.selecting.selector
         self.multicast = params.broadcast == "multicast"
         self.last_participants = 0
         self.background = Background(self)
@@ -114,7 +121,7 @@ class Rounds(Protocol):
         task = w.tasks[0]
         start = env.now
         avail = self.available(t)
-        chosen = self.selector.select(t, avail, w.num_clients, w.streams.generator("selection"))
+        chosen = yield from self.selecting.select(t, avail)
         background = isinstance(task.algorithm, BackgroundTraining)
         log = self.round_log(t, chosen, avail, every_client=background)
         if background:
@@ -131,6 +138,7 @@ class Rounds(Protocol):
             items = yield from self.process_round(task, t, ids, steps, log, bc, draws, unselected)
         self.last_participants = len(items)
         arrivals, agg = self.aggregate(task, t, items, log)
+        self.selecting.observe(t, log, items, arrivals)
         self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
 
     def round_log(self, t: int, chosen, avail, every_client: bool):
@@ -181,8 +189,6 @@ class Rounds(Protocol):
             yield gate.done
         items = yield from self.close_round(gate, parts)
         sheet.close(env.now)
-        if background:                   # its download's bytes count in this round, its steps when done
-            self.background.record_round(env.now)
         if spec is not None:             # the arrivals' cohort (late clients' jobs were counted as they started)
             came, _, came_steps = zip(*items) if items else ((), (), ())
             items = submit_cohort(w.executor, task, t, spec, came, came_steps, counted=True)

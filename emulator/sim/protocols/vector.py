@@ -1,6 +1,6 @@
-"""The vector engine of `rounds` (docs/engine.md, "Engines"): a round as NumPy over its
-participants and one timeout, when nothing can interrupt a client during the round
-(per-round availability, dedicated links, no background work, no event trace).
+"""The vector engine of `rounds` (docs/engine.md, "The two engines of rounds"): a round as
+NumPy over its participants and one timeout, when nothing can interrupt a client during the
+round (per-round availability, dedicated links, no background work, no event trace).
 
 For the participants (ascending id of the selection) it takes the round's bulk draws
 (sim/draws.py, the same numbers the process engine reads), and computes, with the same float

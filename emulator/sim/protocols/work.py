@@ -1,6 +1,9 @@
-"""A client's work in pieces (docs/engine.md, "Pieces"): download, compute, upload, each a
-piece of a SimPy generator that may be stopped part-way, and `participate`, their usual
-composition. A protocol composes them:
+"""A client's work in pieces (docs/engine.md, "A client's work"): download, compute, upload.
+Each piece starts (`send`, `start_compute`: the event of its end), is waited for (`until`:
+that event or the end of the client's online period, whichever comes first) and ends
+(`sent`, `computed`: `reached` raises `WentOffline` when the client went offline first, the
+one place that check is made); a stop (`STOPS`: an interrupt, going offline) is written by
+`stopped`. A protocol composes the pieces as generators:
 
     sheet = self.open_sheet(log, task)                    # where the outcomes go (sheet.py)
     work = self.begin(client, task, round_, sheet)        # its row there
@@ -10,13 +13,13 @@ composition. A protocol composes them:
       yield from self.upload(work)                       # the update over the link
     sheet.close(self.env.now)                             # into the round log (record_outcomes)
 
-Each piece writes when it ends (a stop: when and why) into the work's row of the sheet; the
-protocol records the sheet (the round's close, the job's end), and only
-`outcome.record_outcomes` writes the round log, for both engines. `participate` is
-download -> compute -> upload -> arrival written out in one generator (the engine's cost
-per participant), its round's common part in one `Call`; a protocol may also train without
-uploading (FedUMF's unselected clients) or train a model of its choice (multi-model FL):
-the pieces take the task and the spec as arguments.
+`participate` is guard(download -> compute -> upload) -> arrival in one generator: the same
+pieces' start, wait and end, without a generator per piece (the engine's cost per
+participant), its round's common part in one `Call`. Each piece writes when it ends (a
+stop: when and why) into the work's row of the sheet; the protocol closes the sheet when the
+row's facts are final, and only `outcome.record_outcomes` writes the round log, for both
+engines. A protocol may also train without uploading (FedUMF's unselected clients) or train
+a model of its choice (multi-model FL): the pieces take the task and the spec as arguments.
 """
 from __future__ import annotations
 
@@ -36,6 +39,26 @@ from .sheet import Sheet
 
 class WentOffline(Exception):
     """The client's online period ended while it was working."""
+
+
+#: what stops a client's work part-way: the round closed (or its job was abandoned), or
+#: the client went offline
+STOPS = (simpy.Interrupt, WentOffline)
+
+
+def until(work, ev):
+    """What a piece of `work` waits on: `ev` (the piece's end) or the end of the client's
+    online period, whichever comes first (`reached` tells which)."""
+    off = work.offline
+    return ev if off is None else ev | off
+
+
+def reached(ev) -> None:
+    """After a piece's wait (`until`): its event came first, else the client went offline
+    first (`WentOffline`). (A Timeout is `triggered` as soon as it is made: `processed` says
+    it fired.)"""
+    if not ev.processed:
+        raise WentOffline()
 
 
 class Work:
@@ -89,20 +112,21 @@ class Pieces:
     def open_sheet(self, log, task, drop: bool = True) -> Sheet:
         """An outcome sheet for work on model `task` recorded into `log` (open until closed;
         the end of the run records what is still open: `record_open`)."""
-        return Sheet(log, self.messages(task), self.open_sheets, drop)
+        return Sheet(log, self.messages(task), self.open_sheets, self.world.recorder, drop)
 
     def record_open(self) -> None:
         """The run ended: record every sheet still open as it stands (a round that never
         closed, work the run's end cut short)."""
-        for sheet in list(self.open_sheets):
+        for sheet in self.open_sheets:
             sheet.close(self.env.now)
 
     def begin(self, client, task, round_: int, sheet: Sheet, draws=None) -> Work:
         return Work(client, task, round_, sheet, self.offline_watch(client), draws)
 
-    def _send(self, work: Work, nbytes: int, direction: str, seconds: Optional[float] = None):
-        """Start a transfer of `nbytes` (taking `seconds` where the round planned it); returns
-        the event of its arrival. `_sent` writes its end once it has arrived."""
+    # -- the pieces: each starts (returns the event of its end), is waited for (`until`), ends
+    def send(self, work: Work, direction: str, seconds: Optional[float] = None):
+        """Start a transfer of the work's `direction` message (taking `seconds` where the round
+        planned it); returns the event of its arrival (`sent` ends it)."""
         env, w = self.env, self.world
         if direction == "down":
             work.phase = State.DOWNLOADING
@@ -114,16 +138,19 @@ class Pieces:
         if seconds is not None:          # planned for the round (a dedicated link: `planned_seconds`)
             work.transfer = None         # (a timeout: nothing to cancel)
             return env.timeout(seconds)
+        nbytes = work.sheet.messages[direction == "up"][1]
         jitter = work.draws.jitter_of(work.client.id, direction)
         rng = work.rng(w.streams) if jitter is None and work.client.link.jitter > 0 else None
         key = (work.task.index, work.round) if self.multicast and direction == "down" else None
         work.transfer = w.network.transfer(work.client, nbytes, direction, jitter, rng, work.background, key)
         return work.transfer.event
 
-    def _sent(self, work: Work, direction: str) -> None:
-        """A transfer arrived: its end (a multicast broadcast's bytes are carried by the first
-        download of its round's broadcast to arrive, background work's included, whatever
-        round is in progress when it arrives: the broadcast is named by its model and round)."""
+    def sent(self, work: Work, direction: str, ev) -> None:
+        """The wait for transfer `ev` is over: it arrived (its end is written; a multicast
+        broadcast's bytes are carried by the first download of its round's broadcast to
+        arrive, background work's included, whatever round is in progress when it arrives:
+        the broadcast is named by its model and round), or the client went offline first."""
+        reached(ev)
         work.transfer = None
         sheet, i = work.sheet, work.row
         if direction == "up":
@@ -135,55 +162,19 @@ class Pieces:
             sheet.carries[i] = key not in self.multicast_counted
             self.multicast_counted.add(key)
 
-    def _move(self, work: Work, direction: str, seconds: Optional[float] = None):
-        nb = work.sheet.messages[direction == "up"][1]
-        ev = self._send(work, nb, direction, seconds)
-        yield ev if work.offline is None else ev | work.offline
-        if not ev.processed:         # the client went offline first (a Timeout is `triggered` at once)
-            raise WentOffline()
-        self._sent(work, direction)
-
-    def download(self, work: Work, seconds: Optional[float] = None):
-        """Piece: the broadcast of the model over the client's link (taking `seconds` where
-        the round planned it)."""
-        yield from self._move(work, "down", seconds)
-
-    def upload(self, work: Work, seconds: Optional[float] = None):
-        """Piece: an upload of the client's update over its link."""
-        yield from self._move(work, "up", seconds)
-
-    def submit_job(self, task, client: int, round_: int, steps: int, spec, buffers, rows=None):
-        """The TrainJob of `client` in round `round_` (a model with BatchNorm statistics starts from
-        `buffers`, those it downloaded, unless the spec says otherwise); returns its future."""
-        if task.net.has_buffers and spec.buffers is None:
-            spec.buffers = buffers
-        return self.world.executor.submit(TrainJob(task.index, client, round_, steps, spec, task.batch_size, rows=rows))
-
-    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """Piece: submit the TrainJob of `steps` local steps from `spec` and be busy for its
-        compute time (one timeout: nothing can change the outcome in between); returns the
-        job's future, resolved only when something reads it. `duration` (default: from the
-        client's compute model) fixes the time, `record_steps` what clients.csv `steps` says
-        (default: the SGD steps), `step_floor` a lower bound on one recorded step's time,
-        `rows` a subset of the client's samples to train on. It starts when the download
-        ended (the outcome's rule: outcome.py)."""
-        fut, done = self._start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
-        yield done if work.offline is None else done | work.offline
-        if not done.processed:
-            raise WentOffline()
-        self._computed(work)
-        return fut
-
-    def _start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
-                       record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
-        """`compute` up to its wait: returns (the job's future, the event of its end)."""
+    def start_compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                      record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
+        """Submit the TrainJob of `steps` local steps from `spec` (None: the round's cohort
+        holds it, protocols/cohort.py) and start its compute time; returns (the job's future,
+        the event of the computation's end; `computed` ends it). `duration` (default: from
+        the client's compute model) fixes the time, `record_steps` what clients.csv `steps`
+        says (default: the SGD steps), `step_floor` a lower bound on one recorded step's
+        time, `rows` a subset of the client's samples to train on."""
         env, task, c = self.env, work.task, work.client
         if duration is None:
             clock = c.clock(work.round, env.now, task.index, work.draws.draw(c.id))
             duration = clock.time(steps)
             step_floor = clock.min_step(steps) if steps > 0 else 0.0
-        # spec None: the round's cohort holds this client's job (protocols/cohort.py)
         fut = None if spec is None else self.submit_job(task, c.id, work.round, steps, spec, work.buffers, rows)
         work.phase = State.COMPUTING
         sheet, i = work.sheet, work.row
@@ -197,23 +188,16 @@ class Pieces:
         # ends: an event that never fires
         return fut, (env.timeout(duration) if math.isfinite(duration) else never_ends(env))
 
-    def _computed(self, work: Work) -> None:
+    def computed(self, work: Work, ev) -> None:
+        """The wait for computation `ev` is over: it ended, or the client went offline first."""
+        reached(ev)
         work.sheet.compute[work.row] = self.env.now
 
-    def guard(self, work: Work, body, on_stop: Optional[Callable] = None):
-        """Run `body` (a generator of pieces). Going offline (continuous-time availability)
-        or an `Interrupt` (the round closed) stops it: when and why is written in the work's
-        row (its sheet records the partial times, and the client as dropped unless the sheet
-        was opened with `drop=False`), and `on_stop(client_id, reason)` is called at once.
-        Returns the body's value (None when stopped)."""
-        try:
-            return (yield from body)
-        except (simpy.Interrupt, WentOffline) as stop:
-            self._stopped(work, stop, on_stop)
-            return None
-
-    def _stopped(self, work: Work, stop, on_stop: Optional[Callable]) -> None:
-        """Work stopped part-way: when and why, in its row; then `on_stop`."""
+    def stopped(self, work: Work, stop, on_stop: Optional[Callable]) -> None:
+        """Work stopped part-way (`stop`: one of `STOPS`): when and why, in its row (its
+        sheet records the partial times, and the client as dropped unless the sheet was
+        opened with `drop=False`); the transfer in flight is cancelled; then
+        `on_stop(client_id, reason)`."""
         reason = "offline" if isinstance(stop, WentOffline) else str(stop.cause)
         if work.transfer is not None:
             work.transfer.cancel()
@@ -224,6 +208,48 @@ class Pieces:
         if on_stop is not None:
             on_stop(work.client.id, reason)
 
+    def submit_job(self, task, client: int, round_: int, steps: int, spec, buffers, rows=None):
+        """The TrainJob of `client` in round `round_` (a model with BatchNorm statistics starts from
+        `buffers`, those it downloaded, unless the spec says otherwise); returns its future."""
+        if task.net.has_buffers and spec.buffers is None:
+            spec.buffers = buffers
+        return self.world.executor.submit(TrainJob(task.index, client, round_, steps, spec, task.batch_size, rows=rows))
+
+    # -- the pieces as generators, to compose: start, wait, end ------------------------------
+    def download(self, work: Work, seconds: Optional[float] = None):
+        """Piece: the broadcast of the model over the client's link (taking `seconds` where
+        the round planned it)."""
+        ev = self.send(work, "down", seconds)
+        yield until(work, ev)
+        self.sent(work, "down", ev)
+
+    def upload(self, work: Work, seconds: Optional[float] = None):
+        """Piece: an upload of the client's update over its link."""
+        ev = self.send(work, "up", seconds)
+        yield until(work, ev)
+        self.sent(work, "up", ev)
+
+    def compute(self, work: Work, spec, steps: int, duration: Optional[float] = None,
+                record_steps: Optional[int] = None, step_floor: Optional[float] = None, rows=None):
+        """Piece: the client is busy for the compute time of its TrainJob (`start_compute`:
+        one timeout, nothing can change the outcome in between); returns the job's future,
+        resolved only when something reads it. It starts when the download ended (the
+        outcome's rule: outcome.py)."""
+        fut, ev = self.start_compute(work, spec, steps, duration, record_steps, step_floor, rows)
+        yield until(work, ev)
+        self.computed(work, ev)
+        return fut
+
+    def guard(self, work: Work, body, on_stop: Optional[Callable] = None):
+        """Run `body` (a generator of pieces). Going offline (continuous-time availability)
+        or an `Interrupt` (the round closed) stops it (`stopped`), and `on_stop(client_id,
+        reason)` is called at once. Returns the body's value (None when stopped)."""
+        try:
+            return (yield from body)
+        except STOPS as stop:
+            self.stopped(work, stop, on_stop)
+            return None
+
     def participate(self, call: Call, client, steps: int, seconds=None, after=None):
         """The usual round of a participant, a generator of the events it waits for: download
         `call.bc`, compute `steps` local steps, upload; `call.arrive(client_id, upload, steps)`
@@ -232,42 +258,36 @@ class Pieces:
         (`planned_seconds`). `after`: an event to wait for first (the client's own unfinished
         background job, FedUMF `wait`). Under `call.cohort` the client counts its job when it
         starts computing and uploads None. Run inline by the caller's process (`yield from`,
-        `async`), or without a process (`Driver`: a round's participants)."""
+        `async`), or without a process (`Driver`: a round's participants).
+
+        `guard(download, compute, upload)` in one generator: the same pieces (each piece's
+        start, `until`, end), without a generator per piece (a SimPy resume then passes one
+        frame, not five: the engine's cost per participant)."""
         task, round_ = call.task, call.round
         work = self.begin(client, task, round_, call.sheet, call.draws)
         down, dur, floor, up_s = (None, None, None, None) if seconds is None else seconds
-        off = work.offline
-        # the pieces (download, compute, upload under `guard`) written out in one generator:
-        # a SimPy resume then passes one frame, not five (the engine's cost per participant)
         try:
             if after is not None:
                 yield after
-            (_, nb), (_, nb_up) = call.sheet.messages
-            ev = self._send(work, nb, "down", down)
-            yield ev if off is None else ev | off
-            if not ev.processed:             # the online period ended first
-                raise WentOffline()
-            self._sent(work, "down")
+            ev = self.send(work, "down", down)
+            yield until(work, ev)
+            self.sent(work, "down", ev)
             if call.cohort:
                 self.world.executor.count_jobs(1, steps)
-                fut, ev = self._start_compute(work, None, steps, dur, step_floor=floor)
+                spec = None
             else:
                 spec = task.algorithm.local_spec(client.id, round_, call.bc)
-                fut, ev = self._start_compute(work, spec, steps, dur, step_floor=floor)
-            yield ev if off is None else ev | off
-            if not ev.processed:             # the online period ended first
-                raise WentOffline()
-            self._computed(work)
+            fut, ev = self.start_compute(work, spec, steps, dur, step_floor=floor)
+            yield until(work, ev)
+            self.computed(work, ev)
             up = None if call.cohort else task.algorithm.upload(client.id, round_, fut)
-            ev = self._send(work, nb_up, "up", up_s)
-            yield ev if off is None else ev | off
-            if not ev.processed:             # the online period ended first
-                raise WentOffline()
-            self._sent(work, "up")
+            ev = self.send(work, "up", up_s)
+            yield until(work, ev)
+            self.sent(work, "up", ev)
             self.set_state(client, State.DONE, round_)
             call.arrive(client.id, up, steps)
-        except (simpy.Interrupt, WentOffline) as stop:
-            self._stopped(work, stop, self.on_offline(call.fail))
+        except STOPS as stop:
+            self.stopped(work, stop, self.on_offline(call.fail))
 
     def start_participants(self, parts: list) -> None:
         """Start a round's participants (`Driver`s: `participate` without a process each) in

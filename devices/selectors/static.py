@@ -1,34 +1,21 @@
-"""Server-side selection: which of the available clients the server asks to train.
-
-`select(round_, available, num_clients, rng)` returns sorted client ids. Rounds count from 1.
-`rng` is the run's long-lived `selection` stream, drawn in round order. Patterns follow the
-FedSUM spec section 2.2 (Cases 1, 3, 4; biased App. H.8).
+"""The selectors without memory (docs/algorithms/selection.md section 5): uniform, all,
+cyclic, reshuffled cyclic, biased, sequence. Each returns sorted client ids from
+`ctx.round` (counting from 1), `ctx.available`, `ctx.num_clients` and `ctx.rng` (the run's
+long-lived `selection` stream, drawn in round order); patterns follow FedSUM's Cases 1, 3, 4
+(biased: App. H.8).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
-
-class Selection:
-    name: str = "?"
-
-    def select(self, round_: int, available: Sequence[int], num_clients: int,
-               rng: np.random.Generator) -> list:
-        raise NotImplementedError
-
-
-def _count(k, fraction, n) -> int:
-    if k is not None:
-        return int(k)
-    return max(1, math.ceil(fraction * n - 1e-9))
+from .base import Selector, count_of as _count
 
 
 @dataclass
-class UniformSelection(Selection):
+class UniformSelection(Selector):
     """k clients drawn uniformly without replacement among the available ones (all of them
     when fewer than k are available); `fraction` gives k = ceil(fraction * N) (FedSUM Case 1)."""
 
@@ -39,7 +26,8 @@ class UniformSelection(Selection):
     def count(self, n):
         return _count(self.k, self.fraction, n)
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        available, num_clients, rng = ctx.available, ctx.num_clients, ctx.rng
         k = self.count(num_clients)
         avail = np.asarray(available, dtype=np.int64)       # NumPy over the fleet, no per-client objects
         if len(avail) <= k:
@@ -49,17 +37,18 @@ class UniformSelection(Selection):
 
 
 @dataclass
-class AllSelection(Selection):
+class AllSelection(Selector):
     """Every available client takes part."""
 
     name: str = "all"
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        available = ctx.available
         return sorted(available)
 
 
 @dataclass
-class CyclicSelection(Selection):
+class CyclicSelection(Selector):
     """Deterministic cyclic (FedSUM Case 3): a fixed order; round t takes the next block of S
     consecutive clients, wrapping: S^t = {((t-1) S + j) mod N : j = 0..S-1}. Clients of the
     block that are not available are skipped, not replaced."""
@@ -68,14 +57,15 @@ class CyclicSelection(Selection):
     fraction: Optional[float] = None
     name: str = "cyclic"
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        round_, available, num_clients = ctx.round, ctx.available, ctx.num_clients
         S = _count(self.k, self.fraction, num_clients)
         block = {((round_ - 1) * S + j) % num_clients for j in range(S)}
         return sorted(block.intersection(available))
 
 
 @dataclass
-class ReshuffledCyclicSelection(Selection):
+class ReshuffledCyclicSelection(Selector):
     """Reshuffled cyclic (FedSUM Case 4): at the start of each epoch of M = ceil(N/S) rounds a
     fresh random permutation; round t takes block (t-1) mod M of it (the last block is
     smaller when S does not divide N). Unavailable clients of the block are skipped."""
@@ -86,7 +76,8 @@ class ReshuffledCyclicSelection(Selection):
     _epoch: int = field(default=-1, repr=False)
     _perm: Optional[np.ndarray] = field(default=None, repr=False)
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        round_, available, num_clients, rng = ctx.round, ctx.available, ctx.num_clients, ctx.rng
         S = _count(self.k, self.fraction, num_clients)
         M = -(-num_clients // S)
         epoch, b = divmod(round_ - 1, M)
@@ -98,7 +89,7 @@ class ReshuffledCyclicSelection(Selection):
 
 
 @dataclass
-class BiasedSelection(Selection):
+class BiasedSelection(Selector):
     """Each available client is selected independently with its own probability p_i.
     `p`: one number for all, or a list (one per client); or a staircase decreasing with
     the client index: p_i = max(floor, start - step * floor(i / every)) (0-based i; FedSUM
@@ -124,7 +115,8 @@ class BiasedSelection(Selection):
             self._probs = np.clip(p, 0.0, 1.0)
         return self._probs
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        available, num_clients, rng = ctx.available, ctx.num_clients, ctx.rng
         p = self.probs(num_clients)
         u = rng.random(num_clients)          # one draw per client per round, whether available or not
         avail = np.zeros(num_clients, dtype=bool)
@@ -133,7 +125,7 @@ class BiasedSelection(Selection):
 
 
 @dataclass
-class SequenceSelection(Selection):
+class SequenceSelection(Selector):
     """A given sequence of client sets: round t takes `sets[t-1]` (its available members);
     after the last set the sequence repeats (`repeat`) or nobody is selected. For replaying
     a recorded participation and for hand-checked tests (docs/algorithms/fedumf.md T2, docs/algorithms/fedsum.md SEQ)."""
@@ -142,7 +134,8 @@ class SequenceSelection(Selection):
     repeat: bool = True
     name: str = "sequence"
 
-    def select(self, round_, available, num_clients, rng):
+    def select(self, ctx):
+        round_, available = ctx.round, ctx.available
         n = len(self.sets)
         if n == 0 or (round_ > n and not self.repeat):
             return []
