@@ -37,7 +37,8 @@ from pydantic import Field
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..registry import register
-from .executor import ExecutorParams, SequentialExecutor, sgd_step
+from .executor import ExecutorParams, SequentialExecutor
+from .sgd import sgd_step
 from .gradient import PiecesGradient, draw_noise, noise_stream
 from .jobs import TrainResult
 from .lazy import force
