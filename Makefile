@@ -7,7 +7,7 @@ PIP     := $(BIN)/python -m pip
 # torch is pinned through constraints.txt so that no CUDA wheels are pulled on a CPU machine
 PIPFLAGS := --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test setup docs docs-check bench study clean
+.PHONY: demo test setup docs docs-check bench study study-selection clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,13 @@ study: $(STAMP)
 	$(BIN)/flemu report runs/studies/stragglers
 	$(BIN)/flemu sweep scenarios/studies/availability.yaml
 	$(BIN)/flemu report runs/studies/availability
+
+# the client-selection study (issue 35; docs/selection-study.md, about 15 min on 2 cores): the
+# sweep, its report, then the page's table, headlines and figures from the sweep folder
+study-selection: $(STAMP)
+	$(BIN)/flemu sweep scenarios/studies/selection.yaml -j 2
+	$(BIN)/flemu report runs/studies/selection
+	$(BIN)/python docs/selection_results.py runs/studies/selection
 
 # benchmarks (issues 5, 19): P1 floor / peers, P2, P3, P4, async -> benchmarks/results/bench.json
 # (about 25 min; BENCH_FLAGS=--quick for a few). Each peer goes into its own venv (never into

@@ -31,14 +31,33 @@ def _plugin_option():
     return typer.Option([], "--plugin", help="a .py file or module that registers your own components (repeatable)")
 
 
+def _allow_changed_option():
+    return typer.Option(False, "--allow-changed-inputs",
+                        help="replay: run with data and trace files whose SHA-256 differs from the recorded one")
+
+
+def _trust_option():
+    return typer.Option([], "--trust-changed-plugins", metavar="NAME",
+                        help="replay: import this plugin although its SHA-256 differs from the recorded one "
+                             "(module name, file name or path; repeatable)")
+
+
+def _replay(allow: bool, trust: List[str]):
+    from .scenario.inputs import Replay
+    return Replay(allow_changed=allow, trust=tuple(trust))
+
+
 @app.command()
 def run(file: Path = typer.Argument(..., help="scenario YAML"),
         set_: List[str] = typer.Option([], "--set", help="override a field: path=value (repeatable)"),
         out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default: output.dir)"),
         seed: Optional[int] = typer.Option(None, "--seed", help="override the seed"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-        plugin: List[str] = _plugin_option()):
-    """Run a scenario and write its run directory."""
+        plugin: List[str] = _plugin_option(),
+        allow_changed_inputs: bool = _allow_changed_option(),
+        trust_changed_plugins: List[str] = _trust_option()):
+    """Run a scenario and write its run directory (a run's config.yaml replays it: its input
+    files are found from any folder and checked against their recorded SHA-256)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runs import outputs
@@ -47,7 +66,7 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     from .runs.runner import run as run_scenario
 
     try:
-        sc = sc_mod.load(file, set_, seed, plugins=plugin)
+        sc = sc_mod.load(file, set_, seed, plugins=plugin, replay=_replay(allow_changed_inputs, trust_changed_plugins))
         outputs.check_run_target(out_dir if out_dir is not None else Path(sc.output.dir or f"runs/{sc.name}"),
                                  "--out" if out_dir is not None else "output.dir" if sc.output.dir else "run directory")
     except FlemuError as e:
@@ -86,13 +105,15 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
 def validate(file: Path = typer.Argument(..., help="scenario YAML"),
              set_: List[str] = typer.Option([], "--set", help="override a field: path=value"),
              show: bool = typer.Option(False, "--show", help="print the resolved scenario"),
-             plugin: List[str] = _plugin_option()):
+             plugin: List[str] = _plugin_option(),
+             allow_changed_inputs: bool = _allow_changed_option(),
+             trust_changed_plugins: List[str] = _trust_option()):
     """Check a scenario without running it."""
     from .scenario import schema as sc_mod
     from .errors import ScenarioError
 
     try:
-        sc = sc_mod.load(file, set_, plugins=plugin)
+        sc = sc_mod.load(file, set_, plugins=plugin, replay=_replay(allow_changed_inputs, trust_changed_plugins))
     except ScenarioError as e:
         _fail(e)
     if show:
@@ -183,40 +204,9 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation|
     out.print(f"wrote {target}", highlight=False)
 
 
-traces_app = typer.Typer(help="Convert device traces to flemu's CSV formats.", no_args_is_help=True)
+from .cli_traces import traces_app  # noqa: E402  (`flemu traces ...`)
+
 app.add_typer(traces_app, name="traces")
-
-
-@traces_app.command("import-fedscale")
-def import_fedscale(capacity: Optional[Path] = typer.Option(None, help="FedScale client_device_capacity pickle"),
-                    behaviour: Optional[Path] = typer.Option(None, help="FedScale client_behave_trace pickle"),
-                    out_dir: Path = typer.Option(Path("traces"), "--out", help="folder for the CSV files")):
-    """Convert FedScale's device-capacity and client-behaviour pickles (read with a restricted
-    unpickler: only dicts, lists, strings and numbers) to flemu's trace CSVs."""
-    import pickle
-
-    from devices.traces import import_fedscale as convert
-
-    if capacity is None and behaviour is None:
-        _fail("give --capacity and/or --behaviour")
-    for f in (capacity, behaviour):
-        if f is not None and not f.exists():
-            _fail(f"file not found: {f}")
-    from .runs.outputs import OutputError, check_file_target
-    targets = ([out_dir / "compute_trace.csv", out_dir / "links.csv"] if capacity is not None else []) + \
-        ([out_dir / "availability_trace.csv"] if behaviour is not None else [])
-    try:                 # a trace file is the user's data: an existing one is never replaced
-        for t in targets:
-            check_file_target(t, "--out trace file")
-    except OutputError as e:
-        _fail(str(e))
-    try:
-        written = convert(capacity, behaviour, out_dir)
-    except (pickle.UnpicklingError, ValueError, KeyError, TypeError) as e:
-        _fail(f"cannot convert: {e}")
-    for k, v in written.items():
-        out.print(f"{k}: {v}", highlight=False)
-
 
 
 # --------------------------------------------------------------------------- studies

@@ -9,8 +9,9 @@ runs (CLI, Python API, sweep workers local and on Ray, replays):
 - `--plugin FILE_OR_MODULE` on the command line (files relative to the working directory);
 - installed packages declaring the entry-point group `flemu.plugins` (loaded with the built-ins).
 
-A loaded file plugin is recorded by its absolute path (`config.yaml` then replays from any
-folder) and its text is kept, so that a sweep can ship it with each Ray task: a worker node
+A loaded file plugin is recorded by its absolute path and its hash (`config.yaml` then
+replays from any folder, and a replay never runs a plugin whose text changed unless trusted:
+emulator/scenario/inputs.py) and its text is kept, so that a sweep can ship it with each Ray task: a worker node
 runs the shipped text (`receive`), never needing the file itself. A failed import is one
 `ScenarioError` naming the plugin and the YAML path that named it.
 """
@@ -87,15 +88,33 @@ def _run_file(path: str, text: str) -> None:
         registry._origin = prev
 
 
-def _load_file(path: str) -> Loaded:
+class ChangedPlugin(Exception):
+    """A replayed plugin whose text is not the one the run recorded (never imported)."""
+
+
+def _refuse_changed(spec: str, file: str, expect: Optional[str], now: str, trust) -> None:
+    """`ChangedPlugin` unless the plugin's text is the recorded one or `trust` names it (its
+    module name, file name, stem or path)."""
+    if expect is None or now == expect:
+        return
+    p = Path(file)
+    if any(t in (spec, p.name, p.stem) or str(Path(t).expanduser().resolve()) == file for t in trust):
+        return
+    raise ChangedPlugin(f"changed since the run was recorded ({file}): sha256 recorded {expect}, now {now}; "
+                        f"a replay never imports a changed plugin: read it, then pass "
+                        f"--trust-changed-plugins {p.name if is_file(spec) else spec} to run it as it is now")
+
+
+def _load_file(path: str, expect: Optional[str] = None, trust=()) -> Loaded:
     text = _SHIPPED.get(path)
     if text is None:
         try:
             text = Path(path).read_text()
         except OSError:
-            if path in _LOADED:          # loaded here before (its text is kept): nothing new to run
-                return _LOADED[path]
+            if path in _LOADED and expect in (None, _LOADED[path].sha256):
+                return _LOADED[path]     # loaded here before (its text is kept): nothing new to run
             raise FileNotFoundError(f"plugin file not found: {path}") from None
+    _refuse_changed(path, path, expect, _sha(text), trust)
     done = _LOADED.get(path)
     if done is not None and done.sha256 == _sha(text):
         return done
@@ -104,11 +123,28 @@ def _load_file(path: str) -> Loaded:
     return _LOADED[path]
 
 
-def _load_module(name: str, base_dir=None) -> Loaded:
+def _module_file(name: str, search: list) -> Optional[str]:
+    """The file module `name` would be imported from, found without importing anything
+    (not its parent packages either)."""
+    from importlib.machinery import PathFinder
+    spec, parts = None, name.split(".")
+    for i in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    return spec.origin if spec is not None and spec.has_location else None
+
+
+def _load_module(name: str, base_dir=None, expect: Optional[str] = None, trust=()) -> Loaded:
     from . import registry
     if name in _LOADED:
         return _LOADED[name]
     extra = str(Path(base_dir).resolve()) if base_dir is not None else None
+    if expect is not None and name not in sys.modules:
+        file = _module_file(name, [*sys.path, *([extra] if extra else [])])
+        if file is not None and Path(file).is_file():
+            _refuse_changed(name, file, expect, hashlib.sha256(Path(file).read_bytes()).hexdigest(), trust)
     added = extra is not None and extra not in sys.path
     if added:
         sys.path.append(extra)
@@ -127,10 +163,13 @@ def _load_module(name: str, base_dir=None) -> Loaded:
     return _LOADED[name]
 
 
-def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Optional[str] = None) -> list:
+def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Optional[str] = None,
+         expect: Optional[dict] = None, trust=()) -> list:
     """Import every plugin of `specs` (once each); returns their recorded forms (absolute
     paths for files). A plugin that cannot be imported raises one ScenarioError naming it,
-    at `where[i]` (its YAML path), with `source` (the scenario file)."""
+    at `where[i]` (its YAML path), with `source` (the scenario file). `expect`: {spec:
+    sha256} a replay recorded; a plugin whose text differs is not imported unless `trust`
+    names it (emulator/scenario/inputs.py)."""
     out, problems = [], []
     for i, spec in enumerate(specs):
         at = f"{where}[{i}]" if where == "plugins" else where
@@ -138,9 +177,10 @@ def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Op
             problems.append((at, f"a plugin is a .py file or a module name, got {spec!r}"))
             continue
         resolved = resolve(spec, base_dir)
+        sha = (expect or {}).get(resolved if is_file(spec) else spec)
         try:
-            got = _load_file(resolved) if is_file(spec) else _load_module(spec, base_dir)
-        except FileNotFoundError as e:
+            got = _load_file(resolved, sha, trust) if is_file(spec) else _load_module(spec, base_dir, sha, trust)
+        except (FileNotFoundError, ChangedPlugin) as e:
             problems.append((at, f"plugin {spec!r}: {e}"))
             continue
         except BaseException as e:       # noqa: BLE001 - any failure of the user's code is reported
@@ -160,13 +200,14 @@ def load(specs: Iterable[str], base_dir=None, where: str = "plugins", source: Op
     return out
 
 
-def load_for(raw: dict, extra: Iterable[str], base_dir, source: Optional[str]) -> None:
-    """Import a scenario mapping's `plugins` (relative to `base_dir`) and the `extra` ones
-    (the command line's: relative to the working directory); record them resolved in `raw`."""
+def load_for(raw: dict, extra: Iterable[str], base_dir, source: Optional[str], expect=None, trust=()) -> None:
+    """Import a scenario mapping's `plugins` (relative to `base_dir`; a replay's with the
+    hashes it recorded, `expect`) and the `extra` ones (the command line's: relative to the
+    working directory); record them resolved in `raw`."""
     given = raw.get("plugins")
     if given is not None and not isinstance(given, list):
         raise ScenarioError([("plugins", f"a list of .py files or module names, got {given!r}")], source=source)
-    found = load(given or [], base_dir, "plugins", source)
+    found = load(given or [], base_dir, "plugins", source, expect, trust)
     for spec in extra or ():
         found = merge(found, load([spec], None, f"--plugin {spec}", source))
     if found:

@@ -23,7 +23,7 @@ import torch
 
 from . import invariants, outputs
 from ..measures import group_shares
-from ..scenario import schema as scenario
+from ..scenario import inputs, schema as scenario
 from ..sim.world import World
 
 
@@ -52,6 +52,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
     outputs.check_run_target(out_dir, "--out" if out is not None else
                              ("output.dir" if sc.output.dir else "run directory"))
     sc.output.dir = str(out_dir)
+    inputs.settle(sc, out_dir)             # config.yaml: input files from the run directory
     t0 = time.perf_counter()
     hooks = cbs.Hooks(sc, [*cbs.from_scenario(sc), *callbacks], out_dir, progress)
     threads = torch.get_num_threads()      # `executor.threads` holds for this run only

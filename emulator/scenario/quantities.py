@@ -41,9 +41,11 @@ def bandwidth(default=..., *, description: str):
     return Field(default, ge=L.MIN_MBPS, le=L.MAX_MBPS, description=description)
 
 
-def resolve_file(v: str, info: ValidationInfo) -> str:
+def resolve_file(v: str, info: ValidationInfo, kind: str = "trace") -> str:
+    """A file field's path, absolute (found as a data file's: emulator/workloads/datasets.py),
+    noted as an input file of the run: config.yaml records it with its hash for replays."""
     from ..workloads.datasets import _resolve_file
-    return _resolve_file(v, info)
+    return _resolve_file(v, info, kind)
 
 
 def trace_file(reader):

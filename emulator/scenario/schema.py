@@ -20,7 +20,8 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, ValidationError,
                       create_model, field_validator, model_validator)
 
-from . import fleet, yaml_input
+from . import fleet, inputs, yaml_input
+from .inputs import Inputs
 from .evaluation import Evaluation
 from .. import registry
 from .names import check_name
@@ -254,6 +255,7 @@ def _build_schema() -> type:
         callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")
         network: NetworkSettings = Field(default_factory=NetworkSettings)
         output: Output = Field(default_factory=Output)
+        inputs: Optional[Inputs] = Field(None, description="written by flemu into config.yaml: the files the run read (data, traces, plugins) with their SHA-256, checked by a replay (docs/reliability.md)")
 
         @model_validator(mode="after")
         def _one_workload_key(self):
@@ -272,10 +274,12 @@ def _build_schema() -> type:
 parse_yaml, read_yaml = yaml_input.parse_or_explain, yaml_input.read_mapping   # (historic names)
 
 
-def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugins=()):
+def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugins=(), replay=None):
     """Scenario from a path, a YAML string with a newline, a dict, or a Scenario. Its
     `plugins` (relative to the scenario's folder) and the extra `plugins` (command line:
-    relative to the working directory) are imported first and recorded resolved."""
+    relative to the working directory) are imported first and recorded resolved. The files
+    it reads are recorded in `inputs`; a scenario carrying `inputs` (a replay) finds them
+    again and refuses changed ones, except as `replay` (an `inputs.Replay`) allows."""
     if isinstance(source, BaseModel):
         raw = dump(source)
         src = None
@@ -299,16 +303,21 @@ def load(source, overrides=(), seed: Optional[int] = None, base_dir=None, plugin
         raise
     if seed is not None:
         raw["seed"] = int(seed)
+    opts, replaying = replay or inputs.Replay(), "inputs" in raw
+    expect, folder = inputs.check(raw, Path(src).resolve().parent if src else None, opts, src)
+    folder = folder if replaying else base_dir      # a replay keeps its scenario's folder
     from ..plugins import load_for
-    load_for(raw, plugins, base_dir, src)
+    load_for(raw, plugins, folder if folder and Path(folder).is_dir() else base_dir, src, expect, opts.trust)
     S = schema()
+    found: dict = {}
     try:
-        sc = S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None})
+        sc = S.model_validate(raw, context={"base_dir": str(base_dir) if base_dir else None, inputs.COLLECT: found})
     except ValidationError as e:
         raise ScenarioError(explain(e, raw, S), source=src) from None
     problems = cross_check(sc)
     if problems:
         raise ScenarioError(problems, source=src)
+    inputs.record(sc, found, folder)
     return sc
 
 

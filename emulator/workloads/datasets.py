@@ -7,6 +7,7 @@ stream; `mnist_idx` and `npz` read the user's own files.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -29,18 +30,23 @@ class DatasetContext:
     path: str = "workload.dataset"      # YAML path of this dataset block, for errors
 
 
-def _resolve_file(v: str, info: ValidationInfo) -> str:
-    """A data file path: absolute, relative to the working directory, or to the scenario file."""
+def _resolve_file(v: str, info: ValidationInfo, kind: str = "data") -> str:
+    """A data file path: absolute, relative to the working directory, or to the scenario
+    file; made absolute, and noted as an input file of the run (scenario/inputs.py)."""
+    from ..scenario.inputs import note
     p = Path(v).expanduser()
+    base = (info.context or {}).get("base_dir")
     if p.is_absolute() or p.exists():
         if not p.exists():
             raise ValueError(f"file not found: {v}")
-        return str(p)
-    base = (info.context or {}).get("base_dir")
-    if base is not None and (Path(base) / p).exists():
-        return str(Path(base) / p)
-    raise ValueError(f"file not found: {v} (looked in the working directory"
-                     + (f" and in {base}" if base else "") + ")")
+    elif base is not None and (Path(base) / p).exists():
+        p = Path(base) / p
+    else:
+        raise ValueError(f"file not found: {v} (looked in the working directory"
+                         + (f" and in {base}" if base else "") + ")")
+    path = os.path.abspath(p)
+    note(info, path, kind)
+    return path
 
 
 # --------------------------------------------------------------------------- mnist5k
