@@ -113,6 +113,16 @@ bench: $(STAMP)
 	  --appfl-python $(APPFL_VENV)/bin/python --flgo-python $(FLGO_VENV)/bin/python $(BENCH_FLAGS)
 	$(BIN)/python -m benchmarks.state_memory --full      # per-client state memory (issue 29; ~4 min)
 
+# a busy machine (issue 36; also in `make bench`): the quickstart and W1 under the default thread
+# setting against one job at a time on one and on two torch threads, with 0, 2 and 4 background
+# busy processes that it starts and stops itself -> benchmarks/results/busy.json and busy.md
+# (about 30 min on an idle 2-core machine, much longer on a busy one). BUSY_FLAGS: e.g. --quick,
+# --reps 7, --loads 0,4
+BUSY_FLAGS ?=
+.PHONY: bench-busy
+bench-busy: $(STAMP)
+	$(BIN)/python -m benchmarks.busy $(BUSY_FLAGS)
+
 # mutation testing (issue 26), outside CI: mutmut 2 (the `mutate` extra) mutates one core module
 # at a time, in place (restored after each mutant), and runs only the fast tests that own it, so
 # each pair is bounded. MUTATE picks pairs by name (default: every pair; about 10-40 min each on

@@ -64,7 +64,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     Js = [2, 5, 20, 100] if not a.quick else [5, 20]
-    variants = {"sequential": (SequentialExecutor, None),
+    variants = {"sequential": (SequentialExecutor, SequentialParams(workers=1, threads=a.threads)),
                 "workers": (SequentialExecutor, SequentialParams(workers=a.threads)),
                 "batched": (BatchedExecutor, None)}
     rows = []

@@ -71,6 +71,10 @@ def w1_npz() -> Path:
 
 
 def w1_scenario(rounds: int, executor: str = "auto") -> dict:
+    """W1 under `executor`: `auto` as a user gets it (one torch thread per job, as many jobs at
+    once as the run has cores: compute/threads.py); `sequential` and `batched` one job (or
+    stack) at a time on two torch threads, the layout P1 compares `auto` with."""
+    ex = {"name": executor} if executor == "auto" else {"name": executor, "threads": 2, "workers": 1}
     return {
         "name": "w1", "seed": 0,
         "workload": {"dataset": {"name": "npz", "path": str(w1_npz())}, "partition": {"name": "iid"},
@@ -81,7 +85,7 @@ def w1_scenario(rounds: int, executor: str = "auto") -> dict:
         "protocol": {"name": "rounds", "select": {"model": "uniform", "k": 20}, "local_steps": 10},
         "algorithm": {"name": "fedavg", "lr": 0.05, "weighting": "samples"},
         "run": {"rounds": rounds, "eval_every": rounds},
-        "executor": {"name": executor, "threads": 2},
+        "executor": ex,
         "output": {"clients_csv": "participants"},
     }
 

@@ -22,6 +22,10 @@ emulation W1-het (three device classes) in the tools that also keep a virtual cl
           `--only emulation` runs this table alone (results/emulation_peers.json and .md).
 P2        logreg on synthetic, 1,000 clients per round, 10 local steps: batched vs sequential.
           Goal >= 10x on CPU.
+busy      the quickstart (10 rounds) and W1 (5 rounds) under flemu's default thread setting against
+          one job at a time on one and on two torch threads, with 0, 2 and 4 background busy
+          processes (benchmarks/busy.py -> results/busy.json and busy.md). Goal (issue 36): the
+          default <= 1.10x the best of the two with no background load, <= 1.3x with 2 and 4.
 P3        the engine alone (compute: instant, a no-op executor): events/s of flemu vs a bare
           SimPy loop scheduling the same events; growth of the cost with clients as a slope.
           Goal >= 0.5x.
@@ -58,9 +62,10 @@ from benchmarks.engine import async_fleet, p2, p3, p4
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
-    ap.add_argument("--only", default="p1,p2,p3,p4,async,emulation",
-                    help="comma-separated subset of p1,p2,p3,p4,async,emulation (emulation: the emulation-peer "
-                         "table alone, benchmarks/emulation.py -> results/emulation_peers.json and .md)")
+    ap.add_argument("--only", default="p1,p2,p3,p4,async,emulation,busy",
+                    help="comma-separated subset of p1,p2,p3,p4,async,emulation,busy (emulation: the emulation-peer "
+                         "table alone, benchmarks/emulation.py -> results/emulation_peers.json and .md; busy: "
+                         "benchmarks/busy.py -> results/busy.json and .md)")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
     ap.add_argument("--pfl-python", default=None, help="python of a venv with pfl[pytorch] (P1 peer)")
     ap.add_argument("--appfl-python", default=None, help="python of a venv with appfl 1.12 (emulation peer)")
@@ -87,10 +92,13 @@ def main(argv=None):
         res["emulation"] = emulation(a.quick, {"appfl": a.appfl_python, "flgo": a.flgo_python})
         write_table(res["emulation"], res["machine"], a.quick,
                     a.name if a.name and which == {"emulation"} else None)
+    if "busy" in which:
+        from benchmarks.busy import busy
+        res["busy"] = busy(a.quick)
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    if which == {"emulation"}:         # the table's own JSON (emulation_peers*.json) holds it all
+    if which <= {"emulation", "busy"}:  # their own JSON (emulation_peers*.json, busy.json) holds it all
         log(f"done ({res['total_s']:.0f} s)")
         return
     path = RESULTS / f"{a.name or ('bench_quick' if a.quick else 'bench')}.json"

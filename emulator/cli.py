@@ -231,7 +231,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
           address: Optional[str] = typer.Option(None, "--address", help="ray: join this cluster (default: start a local instance)"),
           cpus: Optional[float] = typer.Option(None, "--cpus-per-run", help="ray: CPUs reserved per run (default 1)"),
           gpus: Optional[float] = typer.Option(None, "--gpus-per-run", help="ray: GPUs per run (fractions allowed)"),
-          threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default 1, whatever -j and the cores: recorded, and checked on resume)"),
+          threads: Optional[int] = typer.Option(None, "--threads", help="torch threads of every run (default: the scenario's executor.threads, 1 unless it says, as under `flemu run`; a grid or --set on it wins; recorded, and checked on resume)"),
           retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
           rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),

@@ -196,7 +196,7 @@ def _seq_workers(n):
 def test_workers_equal_the_loop(model, case):
     """Clients trained on 3 threads at once (one torch thread each, a module replica each)
     compute what the loop computes: the same parameters, gradient means, losses and counts."""
-    ws, st_s, gs, ls = fedavg_rounds(SequentialExecutor, model, case)
+    ws, st_s, gs, ls = fedavg_rounds(SequentialExecutor, model, case, params=_seq_workers(1))
     ww, st_w, gw, lw = fedavg_rounds(SequentialExecutor, model, case, params=_seq_workers(3))
     assert rel(ww, ws) < 1e-12
     assert st_w == st_s
@@ -218,8 +218,8 @@ def test_workers_really_run_jobs_on_threads_and_restore_torch_threads(monkeypatc
     assert len({s[2] for s in seen}) == 2                   # a module per worker (functional_call swaps it)
     assert torch.get_num_threads() == before                # restored for evaluation
     seen.clear()
-    fedavg_rounds(SequentialExecutor, "cnn_mnist", "fedavg", rounds=1)
-    assert {s[0] for s in seen} == {threading.get_ident()}  # default: the loop, in the caller
+    fedavg_rounds(SequentialExecutor, "cnn_mnist", "fedavg", rounds=1, params=_seq_workers(1))
+    assert {s[0] for s in seen} == {threading.get_ident()}  # one worker: the loop, in the caller
 
 
 def test_workers_probe_jobs_and_errors():
@@ -241,22 +241,10 @@ def test_workers_probe_jobs_and_errors():
         resolve(futs)
 
 
-def test_auto_trains_on_as_many_workers_as_torch_threads():
-    n = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        assert make_executor(AutoExecutor, "mlp")[0].workers == 2
-        assert make_executor(SequentialExecutor, "mlp")[0].workers == 1
-        assert make_executor(BatchedExecutor, "mlp")[0].workers == 1
-        assert make_executor(AutoExecutor, "mlp", AutoParams(workers=1))[0].workers == 1
-    finally:
-        torch.set_num_threads(n)
-
-
 def test_workers_through_the_emulator_same_metrics(run_in):
     sc = tiny(**{"algorithm": {"name": "fedprox", "lr": 0.1, "mu": 0.1, "momentum": 0.5},
                  "run.rounds": 3, "protocol.select.k": 4, "clients.count": 8, "workload.model": {"name": "mlp"}})
-    ref = run_in({**sc, "executor": {"name": "sequential", "dtype": "float64"}}, "seq")
+    ref = run_in({**sc, "executor": {"name": "sequential", "dtype": "float64", "workers": 1}}, "seq")
     got = run_in({**sc, "executor": {"name": "auto", "dtype": "float64", "workers": 2}}, "auto2")
     assert got.metrics.drop(columns="wall_time").equals(ref.metrics.drop(columns="wall_time"))
     assert np.array_equal(np.load(got.run_dir / "model.npy"), np.load(ref.run_dir / "model.npy"))

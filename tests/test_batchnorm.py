@@ -95,11 +95,10 @@ def test_batched_refuses_batchnorm_and_auto_runs_it_sequentially(run_in):
         World(scenario.load(bn_scenario("batched")))
     (path, msg), = e.value.problems
     assert path == "executor.name" and "BatchNorm" in msg and "sequential or auto" in msg
-    # auto trains a CPU round's clients on `workers` threads of one torch thread each (default:
-    # the torch threads); sequential with as many workers runs each job on one thread too, so
-    # the same kernels give the same bits whatever the thread count (pytest with or without -n)
+    # both train a CPU round's clients on `workers` threads (default: the run's cores) of
+    # `executor.threads` torch threads each (default 1): the same kernels give the same bits,
+    # whatever the worker count (pytest with or without -n)
     sc = bn_scenario("sequential", "resnet18")
-    sc["executor"]["workers"] = torch.get_num_threads()
     seq = run_in(sc, "seq")
     auto = run_in(bn_scenario("auto", "resnet18"), "auto")
     assert seq.metrics["test_acc"].tolist() == auto.metrics["test_acc"].tolist()

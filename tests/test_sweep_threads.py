@@ -1,25 +1,29 @@
 """A sweep run's numbers do not depend on `-j` or on the host's core count: every run gets
-a fixed torch thread count (1 unless --threads / executor.threads say otherwise), recorded in
-its config.yaml and summary.json and checked when the sweep resumes (docs/bad-input.md)."""
+its scenario's torch thread count (`executor.threads`, 1 unless the scenario or --threads
+says otherwise, as under `flemu run`), recorded in its config.yaml and summary.json and
+checked when the sweep resumes (docs/bad-input.md); the cores set only how many jobs a run
+trains at once."""
 from __future__ import annotations
-
-import os
 
 import pandas as pd
 import pytest
 import yaml
 
 from emulator import sweep as sw
+from emulator.sweep import driver
 
 from conftest import tiny
 
 
 @pytest.mark.parametrize("cores", [1, 2, 8, 64])
 @pytest.mark.parametrize("workers", [1, 2, 3, 16])
-def test_default_threads_is_one_whatever_the_cores_and_workers(monkeypatch, cores, workers):
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
-    assert sw.default_threads("local", workers, {}) == 1
-    assert sw.default_threads("ray", workers, {"num_cpus": 3.5}) == 3      # the CPUs a run reserves
+def test_each_run_gets_the_cores_shared_by_the_runs_at_once(monkeypatch, cores, workers):
+    monkeypatch.setattr(driver, "cores", lambda: cores)
+    assert sw.run_cpus("local", workers, 100, {}) == max(1, cores // workers)
+    assert sw.run_cpus("local", workers, 1, {}) == cores                 # a one-run sweep: every core
+    assert sw.run_cpus("local", workers, 2, {}) == max(1, cores // min(workers, 2))
+    assert sw.run_cpus("ray", workers, 100, {"num_cpus": 3.5}) == 3      # the CPUs a run reserves
+    assert sw.run_cpus("ray", workers, 100, {"num_cpus": 0.5}) == 1
 
 
 def spec(root, **kw):
@@ -27,7 +31,7 @@ def spec(root, **kw):
 
 
 def test_j1_and_j2_on_many_cores_record_one_thread_and_give_identical_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)           # cores / -j would be 8 and 4
+    monkeypatch.setattr(driver, "cores", lambda: 8)           # cores per run: 8 and 4
     a = sw.run_sweep(spec(tmp_path / "j1"), workers=1)
     b = sw.run_sweep(spec(tmp_path / "j2"), workers=2)
     assert a.counts["complete"] == b.counts["complete"] == 2
@@ -70,3 +74,13 @@ def test_executor_threads_hold_for_their_run_only(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_threads_option_sets_the_base_and_a_grid_on_it_wins(tmp_path):
+    plain = sw.load_spec({"name": "t", "base": tiny(), "seeds": [0], "out": str(tmp_path / "a")})
+    assert sw.resolve(plain, sw.expand(plain))[0].scenario["executor"]["threads"] == 1        # the default
+    assert sw.resolve(plain, sw.expand(plain), 2)[0].scenario["executor"]["threads"] == 2
+    grid = sw.load_spec({"name": "t", "base": tiny(), "seeds": [0], "out": str(tmp_path / "b"),
+                         "grid": {"executor.threads": [1, 3]}})
+    got = [p.scenario["executor"]["threads"] for p in sw.resolve(grid, sw.expand(grid), 2)]
+    assert sorted(got) == [1, 3]

@@ -418,7 +418,7 @@ def test_async_staleness_of_a_real_run(run_in):
 
 
 def test_t17_fedprox_step():
-    from emulator.compute.executor import sgd_update
+    from emulator.compute.sgd import sgd_update
     from emulator.compute.jobs import LocalRule
     rule = LocalRule(lr=0.1, prox_mu=0.5)
     w, anchor = torch.tensor([1.0]), torch.tensor([1.0])

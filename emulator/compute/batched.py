@@ -37,7 +37,8 @@ from pydantic import Field
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..registry import register
-from .executor import ExecutorParams, SequentialExecutor, sgd_step
+from .executor import ExecutorParams, SequentialExecutor
+from .sgd import sgd_step
 from .gradient import PiecesGradient, draw_noise, noise_stream
 from .jobs import TrainResult
 from .lazy import force
@@ -87,8 +88,8 @@ class BatchedExecutor(SequentialExecutor):
     #: (they do not stack under vmap); `auto` runs their jobs on the loop instead
     stacks_all: ClassVar[bool] = True
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         self.chunk = self.params.chunk
         if self.stacks_all:
             stateful = sorted(i for i, td in tasks.items() if td.net.has_buffers)
@@ -303,15 +304,10 @@ class AutoExecutor(BatchedExecutor):
     params_type = AutoParams
     stacks_all = False           # BatchNorm models' jobs go to the loop (`refusal`)
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         self.rule = self.params
         self._macs = {}
-
-    def default_workers(self) -> int:
-        """On a CPU, the jobs `auto` does not stack run on as many threads as torch has
-        (each with one torch thread): measured in benchmarks/auto_rule.py."""
-        return torch.get_num_threads() if self.device.type == "cpu" else 1
 
     def stack_why(self) -> str:
         return "auto: stacking pays here (a GPU, or at least min_jobs small jobs on a CPU)"
@@ -337,4 +333,4 @@ register("executor", "batched", BatchedParams,
          "same results as sequential", BatchedExecutor)
 register("executor", "auto", AutoParams,
          "per group of jobs, batched or sequential from the model size, job count and device; on a CPU "
-         "the jobs it does not stack train on `workers` threads at once (default: the torch threads)", AutoExecutor)
+         "the jobs it does not stack train on `workers` threads at once", AutoExecutor)

@@ -4,11 +4,10 @@
 the job is read (`lazy.resolve`), then `run(futures)` computes a whole level of needed jobs
 together. `SequentialExecutor` is the reference semantics: a plain loop over jobs and steps.
 
-On a CPU it can train `workers` clients at once, each on its own Python thread with one
-torch thread (`JobThreads`): small convolutions use two intra-op threads poorly, while two
-clients on one thread each keep both cores busy (torch releases the GIL inside its kernels).
-With `workers` > 1 every job trains on one torch thread, a job alone in its level too
-(asynchronous protocols resolve one job at a time).
+On a CPU it trains `workers` clients at once, each on its own Python thread with `threads`
+torch threads (`JobThreads`; by default one thread, and as many workers as the run has
+cores: compute/threads.py says why). A job trains on `threads` torch threads whether it ran
+alone or beside others, so a run's numbers depend on `threads`, never on `workers`.
 Each job computes exactly what the loop computes (its own batches, its own vectors); each
 worker runs its own replica of the module, since `functional_call` swaps a module's
 parameters while it runs.
@@ -33,16 +32,18 @@ from .jobs import (PROBE_KEY, CohortFuture, CohortJob, CohortResult, JobFuture, 
 from .lazy import force
 from .loss_stats import LossAccumulator
 from .paths import PROBE_KIND, PathLog
-from .threads import JobThreads
+from .sgd import SgdSteps
+from .threads import JobThreads, default_workers
 from .training import ClientTraining, LocalRule, OptimizerRule, TrainFunction
 from .user_training import JobBatches, OptimizerSteps, train_function
 
 
 class ExecutorParams(Params):
     device: str = Field("auto", description="auto | cpu | cuda[:n]")
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's own)")
-    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on one torch "
-                                   "thread (default: 1; auto: the torch threads)")
+    threads: int = Field(1, ge=1, description="torch CPU threads of each job and of evaluation: a run's numbers "
+                         "depend on it (default 1: fast on a busy machine too, docs/performance.md)")
+    workers: Optional[int] = Field(None, ge=1, description="CPU: clients trained at once, each on its own Python "
+                                   "thread with `threads` torch threads (default: the run's cores / threads)")
     dtype: Literal["float32", "float64"] = Field("float32", description="precision of parameters and data")
 
     @field_validator("device")
@@ -117,7 +118,10 @@ class Executor(ABC):
     #: an executor given none runs on this class's defaults
     params_type: ClassVar[type[ExecutorParams]] = ExecutorParams
 
-    def __init__(self, tasks: dict, streams, device: torch.device, params: Optional[ExecutorParams] = None):
+    def __init__(self, tasks: dict, streams, device: torch.device, params: Optional[ExecutorParams] = None,
+                 cpus: Optional[int] = None):
+        """`cpus`: the cores this run may use (default: torch's thread count, i.e. OMP_NUM_THREADS
+        or the machine's cores); `workers` defaults from it (compute/threads.py)."""
         self.tasks = tasks
         self.streams = streams
         self.device = device
@@ -127,6 +131,7 @@ class Executor(ABC):
             raise TypeError(f"{type(self).__name__} reads {self.params_type.__name__}, "
                             f"not {type(params).__name__}")
         self.params = params          # the scenario's executor block
+        self.cpus = int(cpus) if cpus is not None else torch.get_num_threads()
         self.stats = ExecutorStats()
         #: every job also takes its loss statistics (compute/loss_stats.py): set when a selector reads them
         self.loss_stats = False
@@ -228,59 +233,26 @@ class Executor(ABC):
         self.paths.note(job.task, job.spec.rule.kind(), path, why, job.steps)
 
 
-def sgd_step(w, g, buf, lr, weight_decay=None, prox_mu=None, momentum=None, nesterov=False,
-             anchor=None, correction=None):
-    """One local SGD step (PyTorch semantics) on flat vectors, or on a stack of them with
-    per-row coefficients (columns [J, 1]); a coefficient of None is off. Returns (w, buf);
-    `buf` (the momentum buffer) is updated in place once it exists."""
-    if weight_decay is not None:
-        g = g + weight_decay * w
-    if prox_mu is not None:
-        g = g + prox_mu * (w - anchor)
-    if correction is not None:
-        g = g + correction
-    if momentum is not None:
-        buf = g.clone() if buf is None else buf.mul_(momentum).add_(g)
-        d = g + momentum * buf if nesterov else buf
-    else:
-        d = g
-    return w - lr * d, buf
-
-
-def sgd_update(w, g, buf, rule: LocalRule, h: int, anchor, correction):
-    """One local step of `rule` (see LocalRule), on flat vectors. Returns (w, buf)."""
-    return sgd_step(w, g, buf, rule.lr_at(h), rule.weight_decay or None, rule.prox_mu or None,
-                    rule.momentum or None, rule.nesterov, anchor, correction)
-
-
-class SgdSteps:
-    """`step(w, g, h)` of a LocalRule: sgd_update with the job's anchor, correction and buffer."""
-
-    def __init__(self, rule: LocalRule, anchor, correction):
-        self.rule, self.anchor, self.correction, self.buf = rule, anchor, correction, None
-
-    def __call__(self, w, g, h):
-        w, self.buf = sgd_update(w, g, self.buf, self.rule, h, self.anchor, self.correction)
-        return w
-
-
 class SequentialExecutor(Executor):
-    """The reference: one job after another, one step after another."""
+    """The reference: one job after another, one step after another (on a CPU, `workers` jobs
+    at once on their own threads, each computed exactly as the loop computes it)."""
 
     name = "sequential"
     params_type = SequentialParams
     #: why a job ran on the loop (summary.json executor_paths)
     LOOP_WHY = "sequential executor: one job after another"
 
-    def __init__(self, tasks, streams, device, params=None):
-        super().__init__(tasks, streams, device, params)
+    def __init__(self, tasks, streams, device, params=None, cpus=None):
+        super().__init__(tasks, streams, device, params, cpus)
         w = self.params.workers
         self.workers = w if w is not None else self.default_workers()
-        self._threads = JobThreads(self.workers) if self.workers > 1 and device.type == "cpu" else None
+        self._threads = (JobThreads(self.workers, self.params.threads)
+                         if self.workers > 1 and device.type == "cpu" else None)
 
     def default_workers(self) -> int:
-        """Clients trained at once when the scenario does not say (`auto` overrides this)."""
-        return 1
+        """Clients trained at once when the scenario does not say: the run's cores / `threads`
+        on a CPU, 1 on a GPU (compute/threads.py)."""
+        return default_workers(self.cpus, self.params.threads) if self.device.type == "cpu" else 1
 
     def run(self, futures):
         self.run_loop(futures, [self.LOOP_WHY] * len(futures))

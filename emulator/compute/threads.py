@@ -1,9 +1,16 @@
-"""Several jobs at once on a CPU: Python threads, each with one torch thread and its own
-module replica (compute/executor.py). A job alone in its level runs on one torch thread too,
-in the caller: two intra-op threads on one small job are slower than one (an OpenMP barrier
-per operation; under load, a worker preempted inside a barrier stalls the other: 0.16-0.34 s
-against 0.04 s per W1 job, docs/performance-peers.md), and a job computes the same bits
-whether it ran alone or beside others."""
+"""Several jobs at once on a CPU: Python threads, each with `threads` torch threads and its
+own module replica (compute/executor.py), and how many of them a run gets.
+
+The rule (docs/performance.md, "A busy machine"): every job and every evaluation runs on
+`executor.threads` torch threads, 1 by default, and a run trains `cores / threads` jobs at
+once (`workers`). Two intra-op threads on one small job wait for each other at every
+operation's barrier, and OpenMP spins while it waits: on a busy machine a preempted thread
+stalls its partner, which burns its own time slice spinning (quickstart on two intra-op
+threads at load 7-10: 96-175 s and 52-64 CPU s for 10 rounds, against 10-20 s and 5-7 CPU s
+on one). One thread per job never waits on another, and two jobs at once on one thread each
+keep both cores of a quiet machine busy. A job computes the same bits whether it ran alone
+or beside others, so a run's numbers depend on `threads`, never on `workers` or the cores.
+"""
 from __future__ import annotations
 
 import threading
@@ -11,16 +18,21 @@ import threading
 import torch
 
 
+def default_workers(cpus: int, threads: int) -> int:
+    """Jobs trained at once when the scenario does not say: the run's cores / `threads`."""
+    return max(1, int(cpus) // max(1, int(threads)))
+
+
 class JobThreads:
-    """`map(train, jobs)` on `n` Python threads, each with one torch thread and its own
+    """`map(train, jobs)` on `n` Python threads, each with `threads` torch threads and its own
     replica of every module it runs. Threads are started per call (tens of microseconds,
     beside milliseconds of training), so no idle thread outlives a level; jobs are taken
     from a shared counter (clients with more steps do not hold the others up); results come
     back in the jobs' order and the first exception is raised in the caller. A single job
-    runs in the caller, on one torch thread and the task's own module."""
+    runs in the caller, on `threads` torch threads and the task's own module."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, threads: int = 1):
+        self.n, self.threads = n, threads
         self._replicas = [dict() for _ in range(n)]    # worker -> task -> FlatModel
 
     def _make_replicas(self, jobs, tasks, workers: int):
@@ -40,7 +52,7 @@ class JobThreads:
         lock = threading.Lock()
 
         def work(worker):
-            torch.set_num_threads(1)
+            torch.set_num_threads(self.threads)
             while not errors:
                 with lock:
                     i = next(nxt, None)
@@ -67,11 +79,10 @@ class JobThreads:
             raise errors[0]
         return results
 
-    @staticmethod
-    def _alone(train, job, tasks):
-        """One job in the caller on one torch thread (worker 0's module: the task's own)."""
+    def _alone(self, train, job, tasks):
+        """One job in the caller on `threads` torch threads (worker 0's module: the task's own)."""
         before = torch.get_num_threads()
-        torch.set_num_threads(1)
+        torch.set_num_threads(self.threads)
         try:
             return train(job, tasks[job.task].net)
         finally:

@@ -39,23 +39,25 @@ class RunResult:
 
 def run(source, overrides=(), seed: Optional[int] = None, out=None,
         progress: Optional[Callable[[dict], None]] = None, callbacks: Sequence = (),
-        plugins: Sequence[str] = ()) -> RunResult:
+        plugins: Sequence[str] = (), cpus: Optional[int] = None) -> RunResult:
     """Run a scenario (path, YAML text, dict or Scenario); return its run directory,
     metrics (pandas) and summary. `callbacks`: Callback instances, after the scenario's own
     (`callbacks:`); `plugins`: files or modules imported before validation (recorded in
-    config.yaml with the scenario's `plugins:`)."""
+    config.yaml with the scenario's `plugins:`); `cpus`: the cores the run may use (default:
+    torch's thread count; a sweep gives each run its share), which sets how many jobs train
+    at once, never the numbers."""
     from . import callbacks as cbs
     sc = scenario.load(source, overrides, seed, plugins=plugins)
     out_dir = Path(out) if out is not None else Path(sc.output.dir or f"runs/{sc.name}")
     outputs.check_run_target(out_dir, "--out" if out is not None else
                              ("output.dir" if sc.output.dir else "run directory"))
     sc.output.dir = str(out_dir)
-    inputs.settle(sc, out_dir)             # config.yaml: input files from the run directory, torch threads
+    inputs.settle(sc, out_dir)             # config.yaml: input files from the run directory
     t0 = time.perf_counter()
     hooks = cbs.Hooks(sc, [*cbs.from_scenario(sc), *callbacks], out_dir, progress)
     threads = torch.get_num_threads()      # `executor.threads` holds for this run only
     try:
-        world = World(sc, progress=hooks.on_row)
+        world = World(sc, progress=hooks.on_row, cpus=cpus)
         build_s = time.perf_counter() - t0
         hooks.start(world)
         world.run()

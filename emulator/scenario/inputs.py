@@ -118,12 +118,8 @@ def _study(folder: Optional[str], run_dir: str) -> Optional[Path]:
 def settle(sc, out_dir) -> None:
     """What config.yaml records for a replay once the run directory is known: each input
     file under the folder holding the scenario's folder and the run directory by its path
-    from the run directory, and the torch thread count the run uses (`executor.threads`,
-    when the scenario left it to torch)."""
-    ex = sc.executor
-    if "threads" in type(ex).model_fields and ex.threads is None:
-        import torch
-        ex.threads = int(torch.get_num_threads())
+    from the run directory (the torch thread count is the scenario's `executor.threads`,
+    1 by default, written like any other value)."""
     rec = sc.inputs
     if rec is None:
         return

@@ -135,7 +135,7 @@ class _GroupRngs:
 
 
 class World:
-    def __init__(self, sc, progress: Optional[Callable] = None):
+    def __init__(self, sc, progress: Optional[Callable] = None, cpus: Optional[int] = None):
         self.sc = sc
         self.env = simpy.Environment()
         self.streams = Streams(sc.seed)
@@ -143,8 +143,10 @@ class World:
         ex = sc.executor
         self.device = pick_device(ex.device)
         self.dtype = torch.float64 if ex.dtype == "float64" else torch.float32
-        if ex.threads:
-            torch.set_num_threads(ex.threads)
+        # the cores this run may use (a sweep's share, else torch's count: OMP_NUM_THREADS or the
+        # machine's), read before the run's own `executor.threads` is set (compute/threads.py)
+        self.cpus = int(cpus) if cpus is not None else torch.get_num_threads()
+        torch.set_num_threads(ex.threads)
         N = sc.clients.count
         self.num_clients = N
         multi = sc.workloads is not None
@@ -236,7 +238,7 @@ class World:
             y = torch.as_tensor(t.data.y_train, device=self.device)
             tasks[t.index] = TaskData(t.net, x, y, ClientRows(t.data.client_indices, self.device))
         cls = registry.get("executor", self.sc.executor.name).factory
-        return cls(tasks, self.streams, self.device, self.sc.executor)
+        return cls(tasks, self.streams, self.device, self.sc.executor, cpus=self.cpus)
 
     # -- running --------------------------------------------------------------------
     #: aggregations in a row at one virtual time after which a run with only a virtual-time

@@ -47,7 +47,7 @@ and the meta files), lock (the folder lock, journal, leftovers), driver (`run_sw
 backends (local_pool, ray_pool), worker (one run in its process or Ray task), preload (the
 local fork server's imports).
 """
-from .driver import SweepResult, default_threads, run_sweep
+from .driver import SweepResult, run_cpus, run_sweep
 from .plan import RunPlan, apply, expand, resolve
 from .index import INDEX_FIGURES, index_rows, write_index
 from .lock import FolderLock, SweepError
@@ -55,6 +55,6 @@ from .axes import Axis, value_label
 from .spec import BACKENDS, SPEC_KEYS, SweepSpec, load_spec
 from .state import DONE, read_summary, scan
 
-__all__ = ["load_spec", "expand", "resolve", "apply", "value_label", "run_sweep", "default_threads",
+__all__ = ["load_spec", "expand", "resolve", "apply", "value_label", "run_sweep", "run_cpus",
            "read_summary", "scan", "index_rows", "write_index", "FolderLock", "SweepError", "SweepSpec",
            "Axis", "RunPlan", "SweepResult", "SPEC_KEYS", "BACKENDS", "DONE", "INDEX_FIGURES"]

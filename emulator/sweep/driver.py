@@ -29,14 +29,22 @@ class SweepResult:
     counts: dict                     # complete / diverged / stalled / failed / pending / skipped / ran
 
 
-def default_threads(backend: str, workers: int, resources: dict) -> int:
-    """Torch threads per run when neither `--threads` nor the scenario's executor.threads
-    says: 1 on the local backend whatever `-j` and the host's cores (a run's numbers depend
-    on its thread count: docs/bad-input.md, "What is bit-identical"), the CPUs reserved per
-    run on Ray. The count is written into every run's scenario, and resuming checks it."""
+def run_cpus(backend: str, capacity: int, runs: int, resources: dict) -> int:
+    """The cores each run may use (they set its `workers`, never its numbers: a run's torch
+    threads are its scenario's `executor.threads`, 1 by default, as under `flemu run`): on
+    the local backend the host's cores shared by the runs that go at once, on Ray the whole
+    CPUs a run reserves."""
     if backend == "ray":
         return max(1, int(math.floor(float(resources.get("num_cpus", 1)))))
-    return 1
+    return max(1, cores() // max(1, min(int(capacity), int(runs))))
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):       # not Linux
+        return os.cpu_count() or 1
 
 
 def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None, address: Optional[str] = None,
@@ -91,6 +99,7 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
             from ..plugins import merge
             used = merge(*[p.scenario.get("plugins") or [] for p in todo])
             pool = make_backend(backend, root, workers=workers, address=address, resources=resources, plugins=used)
+            pool.cpus = run_cpus(backend, pool.capacity, len(todo), resources)
             ran = _drive(root, pool, todo, plans, state, axes, skipped, progress)
         index = write_index(root, plans, state, axes)
         journal(root, event="end", ran=ran)
@@ -99,7 +108,8 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
 
 def _settings(o: dict, backend, workers, address, resources, threads) -> tuple:
     """(backend, workers, address, resources, threads): the call's, else the sweep file's
-    options, else the defaults (local; one run per core there; default_threads)."""
+    options, else the defaults (local; one run per core there; threads: None, the scenario's
+    own `executor.threads`, whose default is the one `flemu run` takes)."""
     backend = backend or o.get("backend", "local")
     if backend not in BACKENDS:
         raise ScenarioError([("backend", f"one of {', '.join(BACKENDS)}, got {backend!r}")])
@@ -111,9 +121,7 @@ def _settings(o: dict, backend, workers, address, resources, threads) -> tuple:
     if threads is None:
         threads = o.get("threads")
     if workers is None:
-        workers = (os.cpu_count() or 1) if backend == "local" else None
-    if threads is None:
-        threads = default_threads(backend, workers or 1, resources)
+        workers = cores() if backend == "local" else None
     return backend, workers, address, resources, threads
 
 

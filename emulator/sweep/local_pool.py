@@ -26,7 +26,7 @@ def _set_pdeathsig() -> None:
         pass
 
 
-def _child(scenario_file: str, out: str, err_file: str, log_file: str, parent: int, driver: int) -> None:
+def _child(scenario_file: str, out: str, err_file: str, log_file: str, parent: int, driver: int, cpus: int) -> None:
     """A run's process, forked from the preloaded fork server (its parent)."""
     os.setsid()                          # a terminal's Ctrl-C reaches the driver, not the runs
     _release_server()
@@ -39,7 +39,7 @@ def _child(scenario_file: str, out: str, err_file: str, log_file: str, parent: i
     os.dup2(fd, 2)
     os.close(fd)
     from .worker import main
-    code = main([scenario_file, out, err_file])
+    code = main([scenario_file, out, err_file, str(cpus)])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -100,6 +100,7 @@ class LocalPool:
         import multiprocessing as mp
         self.root = Path(root)
         self.capacity = max(1, int(workers))
+        self.cpus = 1                    # cores per run (the driver sets it: run_cpus)
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(self.PRELOAD)
         self.procs: dict[str, tuple] = {}
@@ -132,7 +133,7 @@ class LocalPool:
         proc = self.ctx.Process(
             target=_child, name=f"flemu-run-{plan.id}",
             args=(str((root / "scenarios" / f"{plan.id}.yaml").resolve()), str((root / "runs" / plan.id).resolve()),
-                  str(err.resolve()), str(log.resolve()), self._server(), os.getpid()))
+                  str(err.resolve()), str(log.resolve()), self._server(), os.getpid(), self.cpus))
         proc.start()
         self.procs[plan.id] = (proc, log, err)
 

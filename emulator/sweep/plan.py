@@ -63,17 +63,17 @@ def apply(raw: dict, overrides) -> dict:
 
 def resolve(spec: SweepSpec, plans, threads: Optional[int] = None) -> list:
     """Validate every run's scenario (all problems reported together, each under its run id);
-    fill plan.scenario with the resolved mapping (defaults, absolute paths, seed, output dir)."""
+    fill plan.scenario with the resolved mapping (defaults, absolute paths, seed, output dir).
+    `threads` (--threads): the base's `executor.threads`; a run's own axes and sets on it win."""
     problems = []
     root = spec.dir
+    base = copy.deepcopy(spec.base)
+    if threads is not None:
+        ex = base.get("executor") or {"name": "sequential"}
+        base["executor"] = {**({"name": ex} if isinstance(ex, str) else ex), "threads": int(threads)}
     for p in plans:
         try:
-            raw = apply(copy.deepcopy(spec.base), p.overrides)
-            if threads is not None and not (raw.get("executor") or {}).get("threads"):
-                ex = raw.get("executor") or {"name": "sequential"}
-                ex = {"name": ex} if isinstance(ex, str) else ex
-                ex["threads"] = int(threads)
-                raw["executor"] = ex
+            raw = apply(copy.deepcopy(base), p.overrides)
             raw.setdefault("output", {})["dir"] = str(root / "runs" / p.id)
             sc = scn.load(raw, (), p.seed, base_dir=spec.base_dir)
             p.scenario = scn.dump(sc)

@@ -55,6 +55,7 @@ class RayPool:
         gpus = float(resources.get("num_gpus", 0))
         total_cpus = ray.cluster_resources().get("CPU", 1)
         self.capacity = int(workers) if workers else max(1, int(total_cpus // max(cpus, 1e-9)))
+        self.cpus = 1                     # cores per run (the driver sets it: run_cpus)
         from .worker import run_to_files
         self.task = ray.remote(run_to_files).options(num_cpus=cpus, num_gpus=gpus, max_retries=NODE_LOSS_RETRIES,
                                                      retry_exceptions=False)
@@ -67,7 +68,7 @@ class RayPool:
         # the run's plugin files travel with the task (no node needs them installed)
         from ..plugins import bundle
         shipped = bundle(plan.scenario.get("plugins") or [])
-        self.refs[self.task.remote(plan.scenario, plan.id, shipped)] = plan.id
+        self.refs[self.task.remote(plan.scenario, plan.id, shipped, self.cpus)] = plan.id
 
     def poll(self, timeout: float) -> list:
         if not self.refs:

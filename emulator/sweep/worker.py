@@ -1,4 +1,4 @@
-"""One sweep run in its own process: `python -m emulator.sweep.worker SCENARIO OUT ERROR_JSON`.
+"""One sweep run in its own process: `python -m emulator.sweep.worker SCENARIO OUT ERROR_JSON [CPUS]`.
 
 Runs the resolved scenario into OUT (the runner writes it under a temporary name and renames
 it when complete). Exit status 0 when the run directory was written (status complete,
@@ -26,16 +26,17 @@ def describe(exc: BaseException) -> dict:
             "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
 
 
-def run_one(scenario_file: str, out: str) -> dict:
+def run_one(scenario_file: str, out: str, cpus: Optional[int] = None) -> dict:
+    """`cpus`: the cores the run may use (the sweep's share: runner.run)."""
     from ..runs.runner import run
-    return run(scenario_file, out=out).summary
+    return run(scenario_file, out=out, cpus=cpus).summary
 
 
-def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None) -> dict:
+def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None, cpus: Optional[int] = None) -> dict:
     """Run a resolved scenario mapping in a temporary folder; return {"ok", "files": {name:
     bytes}} or {"ok": False, type, error, detail}. `plugins`: {path: text} of the scenario's
-    plugin files, shipped with the task (run instead of reading the paths). (Used by the
-    Ray backend.)"""
+    plugin files, shipped with the task (run instead of reading the paths); `cpus`: the
+    cores the task reserved. (Used by the Ray backend.)"""
     import shutil
 
     from ..plugins import receive
@@ -44,7 +45,7 @@ def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f"flemu-{run_id[:40]}-"))
     try:
         out = tmp / "run"
-        run(scenario, out=out)
+        run(scenario, out=out, cpus=cpus)
         files = {}
         for f in sorted(out.rglob("*")):
             if f.is_file():
@@ -58,12 +59,12 @@ def run_to_files(scenario: dict, run_id: str, plugins: Optional[dict] = None) ->
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 3:
+    if len(argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    scenario_file, out, err_file = argv
+    scenario_file, out, err_file = argv[:3]
     try:
-        run_one(scenario_file, out)
+        run_one(scenario_file, out, int(argv[3]) if len(argv) == 4 else None)
         return 0
     except BaseException as e:   # noqa: BLE001 - the driver records it; the sweep goes on
         rec = describe(e)
