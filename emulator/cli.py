@@ -41,7 +41,7 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     """Run a scenario and write its run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .runs import outputs
+    from .runs import outcome, outputs
     from .scenario import schema as sc_mod
     from .errors import FlemuError, ScenarioError
     from .runs.runner import run as run_scenario
@@ -77,9 +77,11 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
         line += f", test acc {s['final_test_acc']:.4f} (best {s['best_test_acc']:.4f})"
     out.print(line, highlight=False)
     out.print(f"run directory: {res.run_dir}", highlight=False)
-    if s["status"] == "diverged":
-        console.print(s["message"], style="red", highlight=False, markup=False)
-        raise typer.Exit(code=3)
+    for w in outcome.warnings(s):
+        console.print(w, style="yellow", highlight=False, markup=False, soft_wrap=True)
+    if outcome.EXIT[s["status"]]:           # failed 2, diverged 3, invalid 4 (docs/reliability.md)
+        console.print(s["message"], style="red", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(code=outcome.EXIT[s["status"]])
 
 
 @app.command()
@@ -107,8 +109,7 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
           plugin: List[str] = _plugin_option()):
     """List registered components (yours included) with a one-line description and their
     parameters; `flemu list KIND NAME` shows one component in full."""
-    from . import listing, plugins
-    from . import registry
+    from . import listing, plugins, registry
     from .errors import ScenarioError
 
     try:
@@ -132,9 +133,8 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
         return
     for kind in kinds:
         t = Table(title=registry.KINDS[kind], title_justify="left", show_lines=False)
-        t.add_column("name", style="bold")
-        t.add_column("description")
-        t.add_column("parameters")
+        for col, style in (("name", "bold"), ("description", None), ("parameters", None)):
+            t.add_column(col, style=style)
         for n, e in sorted(registry.table(kind).items()):
             t.add_row(n + ("" if e.origin == "built-in" else " (plugin)"), e.description, listing.param_text(e.params))
         out.print(t)
@@ -242,13 +242,13 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
           cpus: Optional[float] = typer.Option(None, "--cpus-per-run", help="ray: CPUs reserved per run (default 1)"),
           gpus: Optional[float] = typer.Option(None, "--gpus-per-run", help="ray: GPUs per run (fractions allowed)"),
           threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default 1, whatever -j and the cores: recorded, and checked on resume)"),
-          retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
+          retry_failed: Optional[bool] = typer.Option(None, "--retry-failed/--skip-failed", help="re-run failed, invalid and empty runs too / not even crashed ones (default: crashed runs only)"),
           rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
           plugin: List[str] = _plugin_option()):
     """Run a sweep (variants x grid x seeds) into one folder with an index (sweep.csv).
-    Re-running it resumes: finished runs are skipped, failed ones are retried."""
+    Re-running it resumes: finished runs are skipped, crashed ones are retried."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from . import sweep as sw
@@ -298,8 +298,9 @@ def _show_plan(spec, res) -> None:
 
 def _report_sweep(spec, res) -> None:
     """The counts of a finished sweep, its folder, and its failures (exit status 1 if any)."""
+    from .runs.outputs import RUN_STATUSES
     c = res.counts
-    parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "stopped", "failed", "pending") if c.get(k)]
+    parts = [f"{c[k]} {k}" for k in (*RUN_STATUSES, "pending") if c.get(k)]
     out.print(f"sweep {spec.name}: {len(res.index)} runs: {', '.join(parts)} "
               f"({c['ran']} run now, {c['skipped']} already finished)", highlight=False)
     out.print(f"sweep folder: {res.dir} (index: {res.dir / 'sweep.csv'})", highlight=False)

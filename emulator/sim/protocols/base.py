@@ -237,14 +237,8 @@ class Protocol(Pieces, Aggregating, ABC):
         return m
 
     def broadcast(self, task, t: int):
-        """The algorithm's broadcast, checked against its declared download size."""
-        bc = task.algorithm.broadcast(t)
-        got = int(sum(v.numel() for v in bc.vectors))
-        want = task.algorithm.message_numel("down")
-        if got != want:
-            raise InvariantError(f"{task.algorithm.name} broadcasts {got} parameters but declares {want} "
-                                 "(down_vectors x dim): a flemu bug")
-        return bc
+        """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py)."""
+        return task.checked.broadcast(t)
 
     # -- how a round goes ----------------------------------------------------------------
     def cohort_spec(self, task, t: int, bc):
@@ -253,7 +247,7 @@ class Protocol(Pieces, Aggregating, ABC):
         algo = task.algorithm
         if task.net.has_buffers or not algo.cohort_path or isinstance(algo, BackgroundTraining):
             return None
-        return algo.cohort_spec(t, bc)
+        return task.checked.cohort_spec(t, bc)
 
     def planned_seconds(self, task, t: int, clients, steps, draws) -> Optional[list]:
         """Each participant's (download, compute, step floor, upload) seconds, computed for the
