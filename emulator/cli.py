@@ -324,8 +324,7 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
             csv: Optional[Path] = typer.Option(None, "--csv", help="CSV to write (default: compare.csv beside the first DIR)")):
     """Compare runs: per condition, mean ± std over seeds of time and rounds to target,
     accuracy at a budget, AUC, straggler share, participation and delay figures."""
-    from analysis import fairness
-    from analysis import metrics as M
+    from analysis import fairness, metrics as M
     from analysis.load import load
     from analysis.report import comparison_table
 
@@ -351,6 +350,8 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     table = table[[c for c in table.columns if c not in wide or (c == "acc. at budget" and budget is not None)]]
     _print_frame(table, f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
                                                   if (target is not None or study.target is not None) else ""))
+    for line in M.left_out_lines(study):      # failed, invalid, empty or crashed runs: which and why
+        console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
     names = fairness.groups(study)
     if len(names) > 1:          # who took part (and whom the model serves), per device group
         _print_frame(fairness.group_table(cmp, keys, names), "per device group: share of the clients, the data, "
@@ -377,14 +378,13 @@ def report(dirs: List[Path] = typer.Argument(..., help="a sweep folder, or run d
     """Write a self-contained HTML report (figures embedded; PNG + SVG also under figures/),
     or Markdown beside its PNG figures."""
     from analysis import report as R
+    from .runs.outputs import OutputError
 
     if fmt is not None and fmt not in ("html", "md"):
         _fail(f"--format must be html or md, got {fmt!r}")
     for d in dirs:
         if not d.exists():
             _fail(f"{d}: no such run directory or sweep folder")
-    from .runs.outputs import OutputError
-
     try:
         path = R.write(dirs if len(dirs) > 1 else dirs[0], out=out_file, fmt=fmt, target=target, budget=budget)
     except (FileNotFoundError, ValueError, OutputError) as e:
