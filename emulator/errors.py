@@ -38,8 +38,9 @@ class ContractError(FlemuError):
     directory with status `failed` (exit status 2)."""
 
     def __init__(self, message: str, component: str | None = None, method: str | None = None,
-                 round: int | None = None, virtual_time: float | None = None):
+                 round: int | None = None, virtual_time: float | None = None, client: int | None = None):
         self.component, self.method, self.round, self.virtual_time = component, method, round, virtual_time
+        self.client = client
         self.what = message
         super().__init__(message)
 
@@ -52,13 +53,16 @@ class ContractError(FlemuError):
         head = self.component or ""
         if self.method:
             head += f".{self.method}" if head else self.method
+        if self.client is not None:
+            head += f" for client {self.client}"
         at = f" in {' at '.join(where)}" if where else ""
         return f"contract broken by {head}{at}: {self.what}" if head else self.what
 
     def record(self) -> dict:
         """What summary.json keeps of it (`error`)."""
         return {"type": "ContractError", "message": str(self), "component": self.component,
-                "method": self.method, "round": self.round, "virtual_time": self.virtual_time}
+                "method": self.method, "round": self.round, "virtual_time": self.virtual_time,
+                "client": self.client}
 
 
 class InvariantError(FlemuError):

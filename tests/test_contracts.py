@@ -135,3 +135,142 @@ def test_the_real_command_exits_2_without_a_traceback(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "DoubleWeights" in r.stderr and ".aggregate in round 2" in r.stderr
     assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+
+
+# ------------------------------------------------------------------ every other crossing
+COMPONENTS = """
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from emulator.api import (Availability, ComputeModel, FedAvg, FedAvgParams, FixedClock, GradTransform, LocalRule,
+                          LossTerm, Params, Selector, TrainFunction, register, register_step_time)
+
+
+class LocalSpecNone(FedAvg):
+    def local_spec(self, client, t, received):
+        return None if t == 2 else super().local_spec(client, t, received)
+
+
+class UploadTensor(FedAvg):
+    def upload(self, client, t, result):
+        return result.params if t == 2 else super().upload(client, t, result)
+
+
+@dataclass(frozen=True)
+class VectorTerm(LossTerm):
+    def __call__(self, w, ctx):
+        return 0.0 * w                         # a vector where a scalar is due
+
+
+@dataclass(frozen=True)
+class HalfGradient(GradTransform):
+    def __call__(self, g, ctx):
+        return g[: g.shape[0] // 2]
+
+
+def worded_loss(module, batches, steps, ctx):
+    for h in range(steps):
+        batches[h]
+    return "low"
+
+
+class Pieces(FedAvg):
+    def local_rule(self, t):
+        if t != 2:
+            return super().local_rule(t)
+        if self.p.server_lr == 0.5:
+            return LocalRule(lr=self.lr(t), terms=(VectorTerm(),))
+        if self.p.server_lr == 0.25:
+            return LocalRule(lr=self.lr(t), transforms=(HalfGradient(),))
+        return TrainFunction(worded_loss)
+
+
+class NanClock(ComputeModel):
+    def __init__(self, p, ctx=None):
+        pass
+
+    def clock(self, client, round_, rng, now=0.0, work=None, draw=None):
+        return FixedClock(float("nan") if round_ == 2 else 1.0)
+
+
+class IntegerMask(Availability):
+    kind = "round"
+
+    def __init__(self, p, ctx=None):
+        pass
+
+    def online_mask(self, ids, round_, now):
+        return np.ones(len(ids), dtype=int if round_ == 2 else bool)
+
+    def online_until(self, client, now):
+        return math.inf
+
+    def next_online(self, client, now):
+        return now
+
+
+class Outsider(Selector):
+    def select(self, ctx):
+        return [int(ctx.num_clients)] if ctx.round == 2 else ctx.available.tolist()
+
+
+register("algorithm", "local_spec_none", FedAvgParams, "broken", LocalSpecNone)
+register("algorithm", "upload_tensor", FedAvgParams, "broken", UploadTensor)
+register("algorithm", "pieces", FedAvgParams, "broken", Pieces)
+register("compute", "nan_clock", Params, "broken", NanClock)
+register("availability", "integer_mask", Params, "broken", IntegerMask)
+register("selection", "outsider", None, "broken", lambda p, ctx=None: Outsider())
+register_step_time("negative_step", lambda client, round_, rng: -1.0 if round_ == 2 else 1.0)
+"""
+
+
+def component_scenario(tmp_path: Path, algo="fedavg", server_lr=1.0, compute=None, availability=None,
+                       select=None) -> Path:
+    (tmp_path / "broken_parts.py").write_text(COMPONENTS)
+    sc = quadratic_scenario(rounds=3, k=3, algo=algo, server_lr=server_lr)
+    sc["plugins"] = ["broken_parts.py"]
+    g = sc["clients"]["groups"][0]
+    if compute:
+        g["compute"] = {"model": compute}
+    if availability:
+        g["availability"] = {"model": availability}
+    if select:
+        sc["protocol"]["select"] = {"model": select}
+    f = tmp_path / "scenario.yaml"
+    f.write_text(yaml.safe_dump(sc))
+    return f
+
+
+@pytest.mark.parametrize("setup, who, method, at, what", [
+    (dict(algo="local_spec_none"), "algorithm 'local_spec_none' (class LocalSpecNone", "local_spec for client 0", 5,
+     "returned None; local_spec returns a LocalSpec (emulator.api)"),
+    (dict(algo="upload_tensor"), "algorithm 'upload_tensor' (class UploadTensor", "upload for client 0", 5,
+     "returned a lazy value (Derived); upload returns an Upload whose vectors are a list"),
+    (dict(algo="pieces", server_lr=0.5), "loss term (class VectorTerm", "__call__", 10,
+     "returned a torch.float64 tensor of shape (25,); a loss term returns a scalar"),
+    (dict(algo="pieces", server_lr=0.25), "gradient transform (class HalfGradient", "__call__", 10,
+     "returned a torch.float64 tensor of shape (12,); a gradient transform returns the gradient's shape (25,)"),
+    (dict(algo="pieces", server_lr=0.75), "train function 'train_fn:worded_loss' (function worded_loss", "fn for client 0", 10,
+     "returned str; a train function returns its mean training loss (a number) or None"),
+    (dict(compute="nan_clock"), "compute model 'nan_clock' (class NanClock", "StepClock.time", 5,
+     "gave nan; it returns a number of seconds, not NaN and not negative"),
+    (dict(compute="negative_step"), "compute model 'negative_step' (function <lambda>", "fn for client 0", 5,
+     "gave the step time -1.0; it must be a positive finite number of seconds"),
+    (dict(availability="integer_mask"), "availability model 'integer_mask' (class IntegerMask", "online_mask", 5,
+     "gave int64 values of shape (6,) for 6 clients; online_mask returns one boolean per client asked"),
+    (dict(select="outsider"), "selection model 'outsider' (class Outsider", "select", 5,
+     "returned [6]; a selection is distinct ids among ctx.available"),
+], ids=["local_spec", "upload", "loss_term", "grad_transform", "train_fn_loss", "clock_nan", "step_time_fn",
+        "online_mask", "selector"])
+def test_every_crossing_fails_in_its_round_naming_the_plugin(tmp_path, setup, who, method, at, what):
+    out = tmp_path / "run"
+    code, text = flemu_run(component_scenario(tmp_path, **setup), out)
+    text = " ".join(text.split())
+    plugin = str((tmp_path / "broken_parts.py").resolve())
+    assert code == 2 and "Traceback" not in text, text
+    assert f"contract broken by {who} in {plugin}).{method} in round 2 at virtual time {at} s: {what}" in text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "failed" and s["rounds"] == 1 and s["error"]["round"] == 2
+    assert s["error"]["virtual_time"] == at and s["error"]["method"] == method.split(" for client")[0]
+    assert pd.read_csv(out / "metrics.csv")["round"].tolist() == [0, 1]

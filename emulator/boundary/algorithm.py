@@ -48,8 +48,7 @@ class CheckedAlgorithm:
         self.down, self.up = algo.message_numel("down"), algo.message_numel("up")
 
     def broken(self, method: str, t, what: str, client=None) -> ContractError:
-        of = f" for client {client}" if client is not None else ""
-        return ContractError(f"{what}{of}", self.who, method, t)
+        return ContractError(what, self.who, method, t, client=None if client is None else int(client))
 
     # -- down -------------------------------------------------------------------------------
     def broadcast(self, t: int) -> Broadcast:
@@ -239,6 +238,8 @@ def _kind(x) -> str:
         return "None"
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)}"
+    if isinstance(x, Lazy):
+        return f"a lazy value ({type(x).__name__})"
     return f"a {type(x).__name__}"
 
 

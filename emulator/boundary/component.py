@@ -18,7 +18,11 @@ def _where(cls: type) -> str:
 
 @lru_cache(maxsize=None)
 def _registered(kind: str, cls: type):
-    """The name `cls` is registered under in `kind`, if it was registered as a class."""
+    """The name `cls` is registered under in `kind` ("compute model": the kind `compute`), if
+    it was registered as a class."""
+    kind = kind.split()[0]
+    if kind not in registry.KINDS:
+        return None
     for name, e in registry.table(kind).items():
         if e.factory is cls:
             return name
