@@ -308,8 +308,8 @@ def _report_sweep(spec, res) -> None:
     for _, r in failed.head(10).iterrows():
         console.print(f"failed {r['run']}: {r['error']}", style="red", highlight=False, markup=False, soft_wrap=True)
     if len(failed):
-        console.print(f"details: {res.dir / 'failures'}/<run>.json; re-run the same command to retry",
-                      highlight=False, markup=False)
+        console.print(f"details: {res.dir / 'failures'}/<run>.json (crashed: re-run the command to retry) or the run's "
+                      "summary.json (failed: --retry-failed re-runs it)", highlight=False, markup=False)
         raise typer.Exit(code=1)
 
 

@@ -1,4 +1,4 @@
-"""The boundary around user code (docs/reliability.md, "The boundary around user code").
+"""The boundary around user code (docs/reliability.md, "Statuses and contracts").
 
 Every value a component hands back to the engine is checked where it crosses, in the round it
 happens, by one function per crossing; built-in components go through the same checks as a

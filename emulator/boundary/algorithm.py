@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import numpy as np
 import torch
 
 from ..algorithms.base import Aggregation, Broadcast, Upload
@@ -184,9 +183,11 @@ class CheckedAlgorithm:
         return agg
 
     def weights(self, weights: Mapping, method: str, t: int, log, arrivals) -> None:
+        """Finite, non-negative numbers for clients of this aggregation, summing to
+        `weights_total` (plain Python: most aggregations weigh a handful of clients)."""
         try:
-            ids = np.fromiter((int(c) for c in weights), np.int64, len(weights))
-            w = np.fromiter((float(v) for v in weights.values()), np.float64, len(weights))
+            ids = [int(c) for c in weights]
+            w = [float(v) for v in weights.values()]
         except (TypeError, ValueError) as e:
             raise self.broken(method, t, f"gave weights {_preview(weights)} ({e}); weights map client ids "
                                          "(integers) to numbers") from None
@@ -194,20 +195,19 @@ class CheckedAlgorithm:
         if stray is not None:
             raise self.broken(method, t, f"gave a weight to client {stray}, which is not in this aggregation; "
                                          "weights are for the clients it aggregated")
-        if not np.isfinite(w).all():
-            if not _inputs_finite(arrivals):
-                raise DivergedError(f"diverged at round {t}: clients uploaded non-finite parameters "
-                                    "(lower algorithm.lr?)")
-            i = int(np.flatnonzero(~np.isfinite(w))[0])
-            raise self.broken(method, t, f"gave client {int(ids[i])} the weight {w[i]}; weights are finite and "
-                                         "non-negative")
-        if (w < 0).any():
-            i = int(np.flatnonzero(w < 0)[0])
-            raise self.broken(method, t, f"gave client {int(ids[i])} the weight {w[i]:.9g}; weights are "
-                                         "non-negative")
+        for i, x in enumerate(w):
+            if not 0.0 <= x < math.inf:          # NaN, inf or negative
+                if math.isfinite(x):
+                    raise self.broken(method, t, f"gave client {ids[i]} the weight {x:.9g}; weights are "
+                                                 "non-negative")
+                if not _inputs_finite(arrivals):
+                    raise DivergedError(f"diverged at round {t}: clients uploaded non-finite parameters "
+                                        "(lower algorithm.lr?)")
+                raise self.broken(method, t, f"gave client {ids[i]} the weight {x}; weights are finite and "
+                                             "non-negative")
         total = self.algo.weights_total
-        if total is not None and (w != 0).any() and abs(w.sum() - total) > WEIGHTS_TOL:
-            raise self.broken(method, t, f"gave weights summing to {w.sum():.9g}; this algorithm's weights "
+        if total is not None and any(w) and abs(math.fsum(w) - total) > WEIGHTS_TOL:
+            raise self.broken(method, t, f"gave weights summing to {math.fsum(w):.9g}; this algorithm's weights "
                                          f"sum to weights_total = {total:g} (declare weights_total = None "
                                          "if they are not a weighted mean)")
 
@@ -221,11 +221,14 @@ def _inputs_finite(arrivals) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in vecs if isinstance(v, torch.Tensor))
 
 
-def _stray(ids: np.ndarray, log):
+def _stray(ids: list, log):
     """A client id without a row in this aggregation's log, or None."""
-    out = (ids < 0) | (ids >= log.num_clients)
-    if out.any():
-        return int(ids[out][0])
+    n = log.num_clients
+    for c in ids:
+        if not 0 <= c < n:
+            return c
+    if log.ids is None:                      # a row for every client
+        return None
     try:
         log.positions(ids)
     except KeyError as e:

@@ -1,5 +1,5 @@
 """What a finished run's status says, and the exit status of `flemu run` (docs/reliability.md,
-"What a run's status says").
+"Statuses and contracts").
 
 The world ends a run `complete`, `stalled`, `stopped`, `diverged` or `failed` (a component
 broke its contract: boundary/). Once its results are recorded, `settle` adds what the records
