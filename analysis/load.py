@@ -21,6 +21,7 @@ from typing import Optional
 import pandas as pd
 import yaml
 
+from emulator.runs.outputs import LEFT_OUT
 from emulator.scenario.yaml_input import parse as parse_yaml
 
 KEYS = ("run", "condition", "seed")
@@ -207,7 +208,8 @@ def load(paths, clients: bool = True) -> Study:
             runs[rid] = r
             row["seed"] = r.summary.get("seed", (r.config or {}).get("seed"))
             row.update(_flat_summary(r.summary))
-            row["error"] = ""
+            # why a run directory is left out of the tables (failed, invalid, empty): its message
+            row["error"] = str(r.summary.get("message") or "") if row["status"] in LEFT_OUT else ""
         else:                                # a failed or pending run of a sweep
             row["seed"] = irow["seed"] if irow is not None else None
             row["status"] = irow["status"] if irow is not None else "missing"
@@ -246,3 +248,22 @@ def load(paths, clients: bool = True) -> Study:
         return f
     return Study(paths, axes, summary, with_condition(mframes), with_condition(cframes) if clients else pd.DataFrame(),
                  runs, meta, with_condition(eframes))
+
+
+#: the statuses whose runs count in a comparison; the others (a crash, a pending run, and the
+#: `failed`, `invalid` and `empty` runs: docs/reliability.md) are left out, each named with why
+FINISHED = ("complete", "diverged", "stalled", "stopped")
+
+
+def left_out(study) -> pd.DataFrame:
+    """The study's runs left out of its tables: run, status and why (their error)."""
+    s = study.summary
+    if not len(s):
+        return pd.DataFrame(columns=["run", "status", "error"])
+    return s[~s["status"].isin(FINISHED)][["run", "status", "error"]]
+
+
+def left_out_lines(study) -> list:
+    """`left out: RUN (STATUS): WHY` for each run left out of the tables."""
+    return [f"left out: {r.run} ({r.status}){': ' + str(r.error) if r.error else ''}"
+            for r in left_out(study).itertuples(index=False)]

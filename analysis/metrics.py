@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from . import fairness
+from .load import FINISHED, left_out, left_out_lines  # noqa: F401  (re-exported: the runs a table leaves out)
 
 NAN = float("nan")
 
@@ -255,7 +256,7 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
     virtual time (every run integrated over the same span)."""
     target = target if target is not None else study.target
     s = study.summary
-    done = s[s["run"].isin(list(study.runs))]
+    done = s[s["run"].isin(list(study.runs)) & s["status"].isin(FINISHED)]
     if horizon is None:
         horizon = budget if budget is not None else (float(done["virtual_time"].min()) if len(done) else None)
     mg = dict(tuple(study.metrics.groupby("run"))) if len(study.metrics) else {}
@@ -266,7 +267,7 @@ def run_metrics(study, target: Optional[float] = None, budget: Optional[float] =
         row = {k: r.get(k) for k in study.keys()}
         row.update(status=r.get("status"), error=r.get("error", ""))
         run = study.runs.get(r["run"])
-        if run is None:
+        if run is None or r.get("status") not in FINISHED:      # left out (left_out): no figures
             rows.append(row)
             continue
         m_all = mg.get(r["run"], run.metrics)
@@ -338,9 +339,9 @@ def compare(study, target: Optional[float] = None, budget: Optional[float] = Non
     for key, g in pr.groupby(by, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
-        ok = g[g["status"].isin(["complete", "diverged", "stalled", "stopped"])]
+        ok = g[g["status"].isin(FINISHED)]
         row["runs"] = len(g)
-        row["failed"] = int((~g["status"].isin(["complete", "diverged", "stalled", "stopped"])).sum())
+        row["failed"] = int((~g["status"].isin(FINISHED)).sum())     # left out: crashed, failed, invalid, empty
         if "time_to_target" in g:
             row["reached"] = int(ok["time_to_target"].notna().sum())
         for k in COMPARE_METRICS + extra:

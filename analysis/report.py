@@ -228,12 +228,12 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     table = comparison_table(cmp, keys)
     figs = _figures(study, fig_dir, target, per_run) if figures else []
     serves = FP.report_section(study, fig_dir, cmp, keys) if figures else None    # who the model serves
-    failed = study.summary[~study.summary["status"].isin(["complete", "diverged", "stalled", "stopped"])]
+    failed = M.left_out(study)             # failed, invalid, empty, crashed: out of the tables, with why
     first = next(iter(study.runs.values()), None)
     title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
     facts = _facts(study, target, budget)
     scen = scenario_section(study)
-    runs = every_run_table(per_run, study.axes)
+    runs = every_run_table(per_run[per_run["status"].isin(M.FINISHED)], study.axes)
     if fmt == "md":
         text = _markdown(title, facts, scen, table, figs, failed, runs, out, serves)
     else:
@@ -317,7 +317,7 @@ def _html(title, facts, scen, table, figs, failed, runs, serves=None) -> str:
             parts.append("<div class='wide'>" + html_table(gt, "groups") + "</div>")
         parts += _html_figures(sfigs, e)
     if len(failed):
-        parts.append("<h2>Failed runs</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
+        parts.append("<h2>Runs left out</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
                                                                                         classes="err"))
     parts.append("<h2>Every run</h2><div class='wide'>" + html_table(runs, "runs") + "</div>")
     parts.append("<h2>Definitions</h2><ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in DEFINITIONS) + "</ul>")
@@ -371,6 +371,6 @@ def _markdown(title, facts, scen, table, figs, failed, runs, out: Path, serves=N
             parts += [f"**{t}**: {cap}", ""] if p is None else \
                 [f"### {t}", "", f"![{t}]({p.relative_to(out.parent).as_posix()})", "", cap, ""]
     if len(failed):
-        parts += ["## Failed runs", "", md_table(failed[["run", "status", "error"]]), ""]
+        parts += ["## Runs left out", "", md_table(failed[["run", "status", "error"]]), ""]
     parts += ["## Every run", "", md_table(runs), "", "## Definitions", "", *[f"- **{k}**: {v}" for k, v in DEFINITIONS], ""]
     return "\n".join(parts)

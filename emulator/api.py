@@ -62,6 +62,7 @@ from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianN
                              PerSampleTransform, ProxTerm, StepContext, clip_to)
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
+from .boundary.component import describe_function
 from .errors import ContractError, DivergedError, FlemuError, InvariantError, ScenarioError
 from .scenario.fleet import GroupContext
 from .scenario.selection_params import KOrFraction, SelectionParams
@@ -151,11 +152,12 @@ class FunctionCompute(ComputeModel):
 
     def clock(self, client: int, round_: int, rng: Any, now: float = 0.0, work: Optional[Work] = None,
               draw: Any = None) -> StepClock:
-        v = float(self.fn(client, round_, rng))
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"compute model {self.name!r}: step time of client {client} in round {round_} "
-                             f"is {v}; it must be a positive finite number of seconds")
-        return FixedClock(v)
+        v = self.fn(client, round_, rng)
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not (v > 0 and math.isfinite(v)):
+            raise ContractError(f"gave the step time {v!r}; it must be a positive finite number of seconds",
+                                describe_function("compute model", self.fn, self.name), "fn", round_, client=client)
+        return FixedClock(float(v))
 
 
 def register_step_time(name: str, fn: Callable[[int, int, np.random.Generator], float], *,

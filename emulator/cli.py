@@ -60,7 +60,7 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
     files are found from any folder and checked against their recorded SHA-256)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .runs import outputs
+    from .runs import outcome, outputs
     from .scenario import schema as sc_mod
     from .errors import FlemuError, ScenarioError
     from .runs.runner import run as run_scenario
@@ -96,9 +96,11 @@ def run(file: Path = typer.Argument(..., help="scenario YAML"),
         line += f", test acc {s['final_test_acc']:.4f} (best {s['best_test_acc']:.4f})"
     out.print(line, highlight=False)
     out.print(f"run directory: {res.run_dir}", highlight=False)
-    if s["status"] == "diverged":
-        console.print(s["message"], style="red", highlight=False, markup=False)
-        raise typer.Exit(code=3)
+    for w in outcome.warnings(s):
+        console.print(w, style="yellow", highlight=False, markup=False, soft_wrap=True)
+    if outcome.EXIT[s["status"]]:           # failed 2, diverged 3, invalid 4 (docs/reliability.md)
+        console.print(s["message"], style="red", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(code=outcome.EXIT[s["status"]])
 
 
 @app.command()
@@ -128,8 +130,7 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
           plugin: List[str] = _plugin_option()):
     """List registered components (yours included) with a one-line description and their
     parameters; `flemu list KIND NAME` shows one component in full."""
-    from . import listing, plugins
-    from . import registry
+    from . import listing, plugins, registry
     from .errors import ScenarioError
 
     try:
@@ -153,9 +154,8 @@ def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets
         return
     for kind in kinds:
         t = Table(title=registry.KINDS[kind], title_justify="left", show_lines=False)
-        t.add_column("name", style="bold")
-        t.add_column("description")
-        t.add_column("parameters")
+        for col, style in (("name", "bold"), ("description", None), ("parameters", None)):
+            t.add_column(col, style=style)
         for n, e in sorted(registry.table(kind).items()):
             t.add_row(n + ("" if e.origin == "built-in" else " (plugin)"), e.description, listing.param_text(e.params))
         out.print(t)
@@ -232,13 +232,13 @@ def sweep(file: Path = typer.Argument(..., help="sweep file (with `base:`), or a
           cpus: Optional[float] = typer.Option(None, "--cpus-per-run", help="ray: CPUs reserved per run (default 1)"),
           gpus: Optional[float] = typer.Option(None, "--gpus-per-run", help="ray: GPUs per run (fractions allowed)"),
           threads: Optional[int] = typer.Option(None, "--threads", help="torch threads of every run (default: the scenario's executor.threads, 1 unless it says, as under `flemu run`; a grid or --set on it wins; recorded, and checked on resume)"),
-          retry_failed: bool = typer.Option(True, "--retry-failed/--skip-failed", help="run recorded failures again"),
+          retry_failed: Optional[bool] = typer.Option(None, "--retry-failed/--skip-failed", help="re-run failed, invalid and empty runs too / not even crashed ones (default: crashed runs only)"),
           rerun_stale: bool = typer.Option(False, "--rerun-stale", help="re-run finished runs whose scenario changed"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the runs and their state; run nothing"),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
           plugin: List[str] = _plugin_option()):
     """Run a sweep (variants x grid x seeds) into one folder with an index (sweep.csv).
-    Re-running it resumes: finished runs are skipped, failed ones are retried."""
+    Re-running it resumes: finished runs are skipped, crashed ones are retried."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from . import sweep as sw
@@ -288,8 +288,9 @@ def _show_plan(spec, res) -> None:
 
 def _report_sweep(spec, res) -> None:
     """The counts of a finished sweep, its folder, and its failures (exit status 1 if any)."""
+    from .runs.outputs import RUN_STATUSES
     c = res.counts
-    parts = [f"{c[k]} {k}" for k in ("complete", "diverged", "stalled", "stopped", "failed", "pending") if c.get(k)]
+    parts = [f"{c[k]} {k}" for k in (*RUN_STATUSES, "pending") if c.get(k)]
     out.print(f"sweep {spec.name}: {len(res.index)} runs: {', '.join(parts)} "
               f"({c['ran']} run now, {c['skipped']} already finished)", highlight=False)
     out.print(f"sweep folder: {res.dir} (index: {res.dir / 'sweep.csv'})", highlight=False)
@@ -297,8 +298,8 @@ def _report_sweep(spec, res) -> None:
     for _, r in failed.head(10).iterrows():
         console.print(f"failed {r['run']}: {r['error']}", style="red", highlight=False, markup=False, soft_wrap=True)
     if len(failed):
-        console.print(f"details: {res.dir / 'failures'}/<run>.json; re-run the same command to retry",
-                      highlight=False, markup=False)
+        console.print(f"details: {res.dir / 'failures'}/<run>.json (crashed: re-run the command to retry) or the run's "
+                      "summary.json (failed: --retry-failed re-runs it)", highlight=False, markup=False)
         raise typer.Exit(code=1)
 
 
@@ -313,8 +314,7 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
             csv: Optional[Path] = typer.Option(None, "--csv", help="CSV to write (default: compare.csv beside the first DIR)")):
     """Compare runs: per condition, mean ± std over seeds of time and rounds to target,
     accuracy at a budget, AUC, straggler share, participation and delay figures."""
-    from analysis import fairness
-    from analysis import metrics as M
+    from analysis import fairness, metrics as M
     from analysis.load import load
     from analysis.report import comparison_table
 
@@ -340,6 +340,8 @@ def compare(dirs: List[Path] = typer.Argument(..., help="run directories and/or 
     table = table[[c for c in table.columns if c not in wide or (c == "acc. at budget" and budget is not None)]]
     _print_frame(table, f"{len(per_run)} runs" + (f", target {study.target if target is None else target}"
                                                   if (target is not None or study.target is not None) else ""))
+    for line in M.left_out_lines(study):      # failed, invalid, empty or crashed runs: which and why
+        console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
     names = fairness.groups(study)
     if len(names) > 1:          # who took part (and whom the model serves), per device group
         _print_frame(fairness.group_table(cmp, keys, names), "per device group: share of the clients, the data, "
@@ -366,14 +368,13 @@ def report(dirs: List[Path] = typer.Argument(..., help="a sweep folder, or run d
     """Write a self-contained HTML report (figures embedded; PNG + SVG also under figures/),
     or Markdown beside its PNG figures."""
     from analysis import report as R
+    from .runs.outputs import OutputError
 
     if fmt is not None and fmt not in ("html", "md"):
         _fail(f"--format must be html or md, got {fmt!r}")
     for d in dirs:
         if not d.exists():
             _fail(f"{d}: no such run directory or sweep folder")
-    from .runs.outputs import OutputError
-
     try:
         path = R.write(dirs if len(dirs) > 1 else dirs[0], out=out_file, fmt=fmt, target=target, budget=budget)
     except (FileNotFoundError, ValueError, OutputError) as e:

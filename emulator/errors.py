@@ -32,7 +32,37 @@ class DivergedError(FlemuError):
 
 class ContractError(FlemuError):
     """A component broke its contract where its result crossed into the engine (a plugin's or a
-    built-in's): the message names the component, the method, the round and the contract."""
+    built-in's): the user's error, not flemu's. The message names the component (its kind,
+    registered name, class and file), the method, the round and virtual time, what was wrong
+    and what the contract is (emulator/boundary/). A run stopped by one keeps its run
+    directory with status `failed` (exit status 2)."""
+
+    def __init__(self, message: str, component: str | None = None, method: str | None = None,
+                 round: int | None = None, virtual_time: float | None = None, client: int | None = None):
+        self.component, self.method, self.round, self.virtual_time = component, method, round, virtual_time
+        self.client = client
+        self.what = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.round is not None:
+            where.append(f"round {self.round}")
+        if self.virtual_time is not None:
+            where.append(f"virtual time {self.virtual_time:.6g} s")
+        head = self.component or ""
+        if self.method:
+            head += f".{self.method}" if head else self.method
+        if self.client is not None:
+            head += f" for client {self.client}"
+        at = f" in {' at '.join(where)}" if where else ""
+        return f"contract broken by {head}{at}: {self.what}" if head else self.what
+
+    def record(self) -> dict:
+        """What summary.json keeps of it (`error`)."""
+        return {"type": "ContractError", "message": str(self), "component": self.component,
+                "method": self.method, "round": self.round, "virtual_time": self.virtual_time,
+                "client": self.client}
 
 
 class InvariantError(FlemuError):

@@ -10,7 +10,7 @@ import analysis
 from analysis import metrics as AM
 from emulator.scenario import schema as scenario
 from emulator.algorithms.fedavg import FedAvg
-from emulator.errors import InvariantError, ScenarioError
+from emulator.errors import ScenarioError
 
 from conftest import tiny
 
@@ -126,12 +126,16 @@ def test_rounds_records_the_algorithms_round_and_client_columns(run_in, monkeypa
 
 def test_message_sizes_are_declared_once_and_checked(run_in, monkeypatch):
     """Bytes follow the declared vectors per message; an upload that disagrees with the
-    declaration is a flemu bug, stopped at once."""
+    declaration breaks the algorithm's contract (built-ins are held to it like a plugin),
+    stopped at once: status `failed` in round 1, naming the algorithm and the method."""
     res = run_in(tiny(), "one")
     dim = 64 * 10 + 10
     c = pd.read_csv(res.run_dir / "clients.csv")
     sel = c[c["selected"]]
     assert (sel["bytes_up"] == dim * 4).all() and (sel["bytes_down"] == dim * 4).all()
     monkeypatch.setattr(FedAvg, "up_vectors", 2)
-    with pytest.raises(InvariantError, match="declares"):
-        run_in(tiny(), "two")
+    bad = run_in(tiny(), "two").summary
+    assert bad["status"] == "failed" and bad["rounds"] == 0 and bad["error"]["round"] == 1
+    assert "contract broken by algorithm 'fedavg' (class FedAvg in " in bad["message"]
+    assert "emulator/algorithms/fedavg.py).upload in round 1 at virtual time" in bad["message"]
+    assert f"uploaded {dim} parameters; the algorithm declares {2 * dim} (up_vectors x dim {dim})" in bad["message"]

@@ -1,6 +1,9 @@
 """The post-run invariant check (docs/architecture.md section 3) catches each kind of corruption it
-claims to, lists every violation together, and a run that fails it leaves no run directory."""
+claims to, lists every violation together, and a run that fails it is kept, marked `invalid`."""
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from emulator.runs import invariants, runner
@@ -98,7 +101,9 @@ def test_a_job_recorded_twice_in_clients_csv_is_caught():
         invariants.check(w, m, twice)
 
 
-def test_violations_are_listed_together_and_no_run_dir_is_written(tmp_path, monkeypatch):
+def test_violations_are_listed_together_and_the_run_is_kept_invalid(tmp_path, monkeypatch):
+    """A failed post-run invariant never loses the run: its directory is written with every
+    result, status `invalid` and every violation listed (summary.json `invariant_failures`)."""
     real_run = World.run
 
     def broken(self):
@@ -109,11 +114,13 @@ def test_violations_are_listed_together_and_no_run_dir_is_written(tmp_path, monk
 
     monkeypatch.setattr(World, "run", broken)
     out = tmp_path / "run"
-    with pytest.raises(InvariantError) as e:
-        runner.run(tiny(), out=out)
-    text = str(e.value)
-    assert text.count("weights sum to") == 3 and "steps computed but only" in text
-    assert not out.exists() and not any(tmp_path.iterdir())
+    res = runner.run(tiny(), out=out)
+    s = json.loads((out / "summary.json").read_text())
+    assert s == res.summary and s["status"] == "invalid"
+    fails = s["invariant_failures"]
+    assert sum("weights sum to" in f for f in fails) == 3 and any("steps computed but only" in f for f in fails)
+    assert s["message"].startswith("post-run invariant check failed") and "ended complete" in s["message"]
+    assert len(pd.read_csv(out / "metrics.csv")) == s["rounds"] + 1 and (out / "clients.csv").exists()
 
 
 @pytest.mark.parametrize("compute", [

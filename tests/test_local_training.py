@@ -25,6 +25,7 @@ from emulator.compute.jobs import LocalSpec, TrainJob
 from emulator.compute.lazy import resolve
 from emulator.compute.pieces import ClipNorm, ClipPerSample, GaussianNoise, LossTerm, ProxTerm
 from emulator.compute.training import LocalRule, OptimizerRule, TrainFunction
+from emulator.errors import ContractError
 from emulator.registry import register
 from emulator.workloads import models
 
@@ -288,8 +289,9 @@ def test_train_function_runs_the_users_loop_on_the_protocols_batches():
     def lazy_loop(module, batches, steps, ctx):        # trains on one batch of five
         return sgd_by_hand(module, [batches[0]], steps, ctx)
 
-    with pytest.raises(RuntimeError, match="read 1 of its 5 batches"):
+    with pytest.raises(ContractError, match="fn for client 0 in round 3: read 1 of its 5 batches") as e:
         ex.submit(TrainJob(0, 0, 3, 5, LocalSpec(w0, TrainFunction(lazy_loop)), 8)).value()
+    assert e.value.round == 3 and "train function 'train_fn:lazy_loop' (function " in str(e.value)
 
 
 def test_pieces_must_be_hashable_values():

@@ -236,9 +236,11 @@ def test_a_selection_outside_the_available_clients_is_a_contract_error():
             def select(self, ctx):
                 return [int(ctx.num_clients)]              # not a client
         register("selection", "bad", None, "returns a client that does not exist", lambda p, ctx=None: Bad())
-        with pytest.raises(ContractError) as e:
-            world_run(two_speed(**{"protocol.select": {"model": "bad"}}))
-    assert "'bad'" in str(e.value) and "round 1" in str(e.value) and "ctx.available" in str(e.value)
+        w = world_run(two_speed(**{"protocol.select": {"model": "bad"}}))
+    assert w.status == "failed" and isinstance(w.error, ContractError)
+    assert w.error.round == 1 and w.error.method == "select" and w.error.virtual_time == 0.0
+    assert "selection model 'bad' (class" in w.message and "test_selection_engine.py" in w.message
+    assert "round 1" in w.message and "[12]" in w.message and "ctx.available" in w.message
 
 
 # ----------------------------------------------------------------------------- a plugin in a sweep

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.func import grad, grad_and_value, vmap
 
+from ..boundary import training as checked
 from .pieces import FunctionalModel, StepContext
 from .training import GradientTraining
 
@@ -58,20 +59,20 @@ class PiecesGradient:
 
         G, losses = vmap(grad_and_value(one), in_dims=(None, 0, 0))(w, ctx.x, ctx.y)
         for t in self.rule.per_sample:
-            G = vmap(lambda gi, t=t: t(gi, ctx))(G)
+            G = vmap(lambda gi, t=t: checked.transformed(t, gi, t(gi, ctx)))(G)
         return ctx.weight.to(G.dtype) @ G, (losses * ctx.weight).sum()
 
     def finish(self, g, w, ctx: StepContext, noises: tuple):
         """Add the terms' gradient, then apply the transforms (noisy ones read noises[i])."""
         if self.rule.terms:
-            g = g + grad(lambda v: sum(t(v, ctx) for t in self.rule.terms))(w)
+            g = g + grad(lambda v: sum(checked.term_value(t, t(v, ctx)) for t in self.rule.terms))(w)
         i = 0
-        for t in self.rule.transforms:
+        for t in self.rule.transforms:       # each piece's value checked (boundary/training.py: shapes only)
             if t.needs_noise:
-                g = t(g, ctx._replace(noise=noises[i]))
+                g = checked.transformed(t, g, t(g, ctx._replace(noise=noises[i])))
                 i += 1
             else:
-                g = t(g, ctx)
+                g = checked.transformed(t, g, t(g, ctx))
         return g
 
     # -- the two paths ------------------------------------------------------------------

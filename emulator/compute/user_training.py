@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ..boundary import training
 from .gradient import NOISE_STREAM
 from .pieces import FunctionalModel
 from .training import OptimizerRule, TrainContext, TrainFunction
@@ -73,12 +74,9 @@ def train_function(executor, job, net, w, bufs, batches: JobBatches) -> tuple:
                        loss=lambda out, y: model.sample_losses(out, y).mean(), generator=gen,
                        client=job.client, round=job.round, task=job.task)
     out = rule.fn(module, batches, job.steps, ctx)
-    if len(batches.read) != job.steps:
-        raise RuntimeError(f"train function {rule.kind()} read {len(batches.read)} of its {job.steps} batches: "
-                           "the protocol fixes the number of local steps; it must train on every batch")
+    training.batches_read(rule, len(batches.read), job)       # its contract (boundary/training.py)
     params = parameters_to_vector(module.parameters()).detach().clone()
     new_bufs = None
     if bufs is not None:
         new_bufs = torch.cat([b.detach().reshape(-1) for b in _float_buffers(net, module)]).clone()
-    loss = float("nan") if out is None else float(out)
-    return params, new_bufs, loss
+    return params, new_bufs, training.train_loss(rule, out, params, job)

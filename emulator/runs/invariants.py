@@ -1,8 +1,10 @@
 """The post-run check (docs/engine.md, "Invariants"): what must hold after every run. A
-violated invariant is a bug in flemu, raised as InvariantError, never a warning.
+violated invariant is a bug in flemu, never a warning: the runner writes the run's results
+first, then marks it `invalid` with every violation listed (`failures`; exit status 4,
+docs/reliability.md); `check` raises them as one InvariantError.
 
 Each invariant is one function `(world, metrics, clients) -> [violation, ...]`, held in
-INVARIANTS under the name summary.json lists (`invariants_checked`); `check` runs them all.
+INVARIANTS under the name summary.json lists (`invariants_checked`); `failures` runs them all.
 """
 from __future__ import annotations
 
@@ -90,6 +92,9 @@ def weights(world, metrics, clients) -> list:
             bad.append(f"round {log.round}: a dropped client has a non-zero weight")
         if not log.aggregation and (wts != 0).any():
             bad.append(f"round {log.round}: work no aggregation used has a weight")
+        if not np.isfinite(wts).all() or (wts < 0).any():
+            bad.append(f"round {log.round}: a weight is negative or not finite")
+            continue
         total = algo.weights_total
         if total is not None and (wts != 0).any() and abs(wts.sum() - total) > 1e-6:
             bad.append(f"round {log.round}: weights sum to {wts.sum():.9g}, expected {total}")
@@ -200,11 +205,20 @@ INVARIANTS = [("time_monotone", time_monotone), ("aggregations", aggregations), 
               ("comm_latency", comm_latency), ("delay", delay), ("grad_steps", grad_steps)]
 
 
-def check(world, metrics, clients) -> list:
-    """Raise InvariantError listing every violation; return the names of the checks run."""
+NAMES = [name for name, _ in INVARIANTS]
+
+
+def failures(world, metrics, clients) -> list:
+    """Every violation of every invariant (empty: all hold)."""
     bad = []
     for _, fn in INVARIANTS:
         bad += fn(world, metrics, clients)
+    return bad
+
+
+def check(world, metrics, clients) -> list:
+    """Raise InvariantError listing every violation; return the names of the checks run."""
+    bad = failures(world, metrics, clients)
     if bad:
         raise InvariantError("post-run invariant check failed (a flemu bug):\n  " + "\n  ".join(bad))
-    return [name for name, _ in INVARIANTS]
+    return list(NAMES)

@@ -30,7 +30,10 @@ from pathlib import Path
 from ..errors import FlemuError
 from ..scenario.names import NAME_RE, NAME_RULE, check_name  # noqa: F401  (re-exported: run and sweep names)
 
-RUN_STATUSES = ("complete", "diverged", "stalled", "stopped")
+#: every status a written run directory may carry (runs/outcome.py says what each means)
+RUN_STATUSES = ("complete", "diverged", "stalled", "stopped", "failed", "invalid", "empty")
+#: the statuses whose results `flemu compare` and `report` leave out of their tables (each named, with why)
+LEFT_OUT = ("failed", "invalid", "empty")
 SIGNATURE = "flemu"                       # what flemu writes into the files it makes
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-\d+")   # flemu's temporary names
 

@@ -2,7 +2,9 @@
 
 The world is built (and every data file read) before anything is written; the run
 directory is written under a temporary name and renamed when complete, so a failed or
-interrupted run never leaves a half-written directory behind. The target is checked before
+interrupted run never leaves a half-written directory behind. A run that a component's
+broken contract stopped (`failed`), or whose post-run invariants fail (`invalid`), is written
+all the same, with what was recorded: its status says so (runs/outcome.py). The target is checked before
 the run starts and again before the rename (`outputs.check_run_target`): a run replaces only
 an earlier flemu run directory (or an empty directory), never anything else; the temporary
 names a killed run left (`.<name>.tmp-*`) are removed by the next run of that name.
@@ -21,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import invariants, outputs
+from . import invariants, outcome, outputs
 from ..measures import group_shares
 from ..scenario import inputs, schema as scenario
 from ..sim.world import World
@@ -65,8 +67,9 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         delays, last_aggregated = add_delay_metrics(world, metrics)
         account_energy(world)
         clients = world.recorder.clients_frame()
-        checks = invariants.check(world, metrics, clients)
-        summary = summarize(world, metrics, clients, build_s, checks)
+        # a run stopped mid-round by a broken contract is not held to the invariants of a finished one
+        failures = invariants.failures(world, metrics, clients) if world.status != "failed" else []
+        summary = summarize(world, metrics, clients, build_s, [] if world.status == "failed" else list(invariants.NAMES))
         summary["delay"] = delays
         summary["participation_by_group"] = group_shares.over_run(
             clients, [c.group for c in world.clients], world.tasks[0].client_sizes, [g.name for g in world.groups])
@@ -79,6 +82,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         if sc.plugins:
             from ..plugins import describe
             summary["plugins"] = describe(sc.plugins)
+        outcome.settle(world, summary, failures)
         hooks.end(summary)
         write_run_dir(out_dir, world, sc, metrics, clients, summary, last_aggregated, extra=hooks.files())
     finally:

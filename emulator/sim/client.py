@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..boundary.devices import CheckedClock     # every clock's answers checked (boundary/devices.py)
+
 
 class State(str, enum.Enum):
     """Explicit client states, recorded as transitions in events.csv (`output.events: true`)."""
@@ -60,7 +62,7 @@ class Client:
             rng = LazyStream(self.streams, ("compute", self.id, round_))
         else:
             rng = None
-        return m.clock(self.id, round_, rng, now, self.work.get(task), draw)
+        return CheckedClock(m.clock(self.id, round_, rng, now, self.work.get(task), draw), m, round_)
 
     def eval_clock(self, round_: int, now: float, task: int = 0):
         """The step clock of a charged evaluation after round `round_` (docs/fairness.md): the
@@ -74,7 +76,7 @@ class Client:
             rng = self.own("compute.client")
         else:
             rng = self.streams.keyed("evaluation.compute", self.id, round_)
-        return m.clock(self.id, round_, rng, now, self.work.get(task), None)
+        return CheckedClock(m.clock(self.id, round_, rng, now, self.work.get(task), None), m, round_)
 
     def compute_time(self, round_: int, steps: int, now: float = 0.0, task: int = 0, draw=None) -> float:
         return self.clock(round_, now, task, draw).time(steps)

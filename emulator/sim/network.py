@@ -20,6 +20,8 @@ import numpy as np
 
 from devices.network import FlowNetwork, build_topology, message_bytes, route
 
+from ..boundary import devices as boundary      # a link's seconds, checked (boundary/devices.py)
+
 
 class Timed:
     """A transfer over a dedicated link: one timeout; cancelling needs no bookkeeping."""
@@ -121,7 +123,9 @@ class NetworkSim:
 
     def link_time(self, client, nbytes: int, direction: str, jitter) -> float:
         """Seconds of a transfer over the client's dedicated link, with the given jitter."""
-        return client.link.transfer_time(nbytes, direction, client.id, None, jitter, float(self.factor[client.id]))
+        return boundary.seconds(client.link.transfer_time(nbytes, direction, client.id, None, jitter,
+                                                          float(self.factor[client.id])),
+                                "network model", client.link, "transfer_time")
 
     def link_times(self, ids: np.ndarray, nbytes: int, direction: str, jitter: np.ndarray) -> np.ndarray:
         """`link_time` of many clients (ids, with their jitter), per group in NumPy: the same
@@ -131,7 +135,9 @@ class NetworkSim:
         for gi in np.unique(groups):
             sel = groups == gi
             sub = ids[sel]
-            out[sel] = self.links[int(gi)].transfer_times(nbytes, direction, sub, jitter[sel], self.factor[sub])
+            link = self.links[int(gi)]
+            out[sel] = boundary.seconds_array(link.transfer_times(nbytes, direction, sub, jitter[sel], self.factor[sub]),
+                                              len(sub), "network model", link, "transfer_times")
         return out
 
     def transfer(self, client, nbytes: int, direction: str, jitter=None, rng=None, background: bool = False,

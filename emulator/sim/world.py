@@ -17,9 +17,10 @@ from devices import limits
 
 from .. import registry
 from ..algorithms.base import AlgoContext
+from ..boundary.algorithm import CheckedAlgorithm
 from ..compute.executor import ClientRows, TaskData, pick_device
 from ..compute.flat import FlatModel
-from ..errors import DivergedError, ScenarioError
+from ..errors import ContractError, DivergedError, ScenarioError
 from ..rng import Streams
 from ..workloads.data import FederatedData
 from ..workloads.datasets import DatasetContext
@@ -50,6 +51,7 @@ class Task:
     path: str
     buffers: Optional[torch.Tensor] = None    # global BatchNorm statistics (compute/flat.py), None: none
     local: Optional[LocalRows] = None         # each client's local test rows (`evaluation:`), None: none
+    checked: Any = None                       # the algorithm's verbs through their boundary (boundary/algorithm.py)
 
 
 def group_sizes(clients_spec) -> list:
@@ -104,7 +106,9 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
     algo_cls = registry.get("algorithm", algo_spec.name).factory
     algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
                                            x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
-    return Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers(), local)
+    task = Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers(), local)
+    task.checked = CheckedAlgorithm(task, algo_spec.name)
+    return task
 
 
 def local_test_rows(data, partition, spec, N, streams, key) -> LocalRows:
@@ -179,6 +183,7 @@ class World:
         for t in self.tasks:
             self.keep_last_good(t)
         self.status, self.message = "running", None
+        self.error = None               # the ContractError that stopped a `failed` run
         self._still_at, self._still = -math.inf, 0      # should_stop: aggregations without time passing
 
     # -- construction -----------------------------------------------------------------
@@ -291,6 +296,8 @@ class World:
                 self.status = "complete"
         except DivergedError as e:
             self.status, self.message = "diverged", str(e)
+        except ContractError as e:      # a component broke its contract (boundary/): the run stops here
+            self.fail(e)
         except RuntimeError as e:       # SimPy: the event queue ran dry before the run ended
             if not str(e).startswith("No scheduled events left"):
                 raise
@@ -300,6 +307,15 @@ class World:
             if freeze:
                 gc.unfreeze()
         self.protocol.record_open()     # work the run's end cut short: what it finished is recorded
+
+    def fail(self, e: ContractError) -> None:
+        """A component broke its contract: stop the run (status `failed`), keeping what was
+        recorded; the error gets the virtual time it happened at, and the round if it lacks one."""
+        if e.virtual_time is None:
+            e.virtual_time = float(self.env.now)
+        if e.round is None:
+            e.round = int(self.rounds_done) + 1
+        self.status, self.message, self.error = "failed", str(e), e
 
     def stall(self, why: str) -> None:
         """The run cannot make progress: stop it (status `stalled`), keeping what was recorded."""

@@ -19,7 +19,7 @@ from .plan import expand, resolve
 from .index import atomic_write, index_rows, write_index, write_meta
 from .lock import FolderLock, SweepError, clean_leftovers, journal
 from .spec import BACKENDS, SweepSpec, load_spec
-from .state import DONE, read_summary, scan
+from .state import DONE, RETRIED, read_summary, scan
 
 
 @dataclass
@@ -27,6 +27,14 @@ class SweepResult:
     dir: Path
     index: "object"                  # pandas DataFrame of sweep.csv
     counts: dict                     # complete / diverged / stalled / failed / pending / skipped / ran
+
+
+def _retried(st: dict, retry_failed: Optional[bool]) -> bool:
+    """Whether a recorded failure is run again: a crash unless told not to, a run directory
+    that ended failed, invalid or empty only when told to."""
+    if st["summary"] is None:
+        return st["status"] == "failed" and retry_failed is not False
+    return st["status"] in RETRIED and bool(retry_failed)
 
 
 def run_cpus(backend: str, capacity: int, runs: int, resources: dict) -> int:
@@ -48,13 +56,15 @@ def cores() -> int:
 
 
 def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None, address: Optional[str] = None,
-              resources: Optional[dict] = None, threads: Optional[int] = None, retry_failed: bool = True,
+              resources: Optional[dict] = None, threads: Optional[int] = None, retry_failed: Optional[bool] = None,
               rerun_stale: bool = False, dry_run: bool = False,
               progress: Optional[Callable[[dict], None]] = None) -> SweepResult:
     """Run (or resume) a sweep: every planned run not yet finished, `workers` at a time, on the
     `local` backend (one process per run) or on `ray` (tasks on a local or existing cluster).
-    Finished runs are skipped; a failed run is recorded and the others go on. Returns the
-    index (sweep.csv) and counts. `dry_run`: plan and report only, write nothing."""
+    Finished runs are skipped, `failed`, `invalid` and `empty` ones too; runs that crashed
+    (no run directory, failures/<id>.json) are retried. `retry_failed` True re-runs both,
+    False neither (None: the default just said). A crash is recorded and the others go on.
+    Returns the index (sweep.csv) and counts. `dry_run`: plan and report only, write nothing."""
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     backend, workers, address, resources, threads = _settings(spec.options, backend, workers, address,
@@ -86,7 +96,7 @@ def run_sweep(spec, backend: Optional[str] = None, workers: Optional[int] = None
         write_meta(root, spec, axes, backend)
         todo = [p for p in plans
                 if state[p.id]["status"] == "pending" or state[p.id]["stale"]
-                or (state[p.id]["status"] == "failed" and retry_failed)]
+                or _retried(state[p.id], retry_failed)]
         skipped = len(plans) - len(todo)
         for p in todo:
             atomic_write(root / "scenarios" / f"{p.id}.yaml",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ..runs.outputs import LEFT_OUT
 from .spec import SweepSpec
 
 INDEX_FIGURES = ("rounds", "virtual_time", "wall_time", "final_test_acc", "best_test_acc", "target_round",
@@ -22,7 +23,7 @@ def index_rows(plans, state, axes) -> list:
         st = state[p.id]
         s = st["summary"] or {}
         r = {"run": p.id, **{a: p.values.get(a) for a in axes}, "seed": p.seed, "status": st["status"],
-             "error": (st["failure"] or {}).get("error", "") if st["status"] == "failed" else ""}
+             "error": _error(st, s)}
         reach = s.get("reached_target") or {}
         delay = (s.get("delay") or {}).get("0") or {}
         fig = {"rounds": s.get("rounds"), "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"),
@@ -35,6 +36,16 @@ def index_rows(plans, state, axes) -> list:
         r["dir"] = f"runs/{p.id}"
         rows.append(r)
     return rows
+
+
+def _error(st: dict, s: dict) -> str:
+    """Why a run is left out of comparisons: a crash's error, or what a failed, invalid or
+    empty run's summary says."""
+    if st["failure"]:
+        return st["failure"].get("error", "")
+    if st["status"] in LEFT_OUT:
+        return str(s.get("message") or "")[:400]
+    return ""
 
 
 def write_index(root: Path, plans, state, axes):

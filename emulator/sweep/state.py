@@ -1,5 +1,10 @@
 """Resume state, read from the sweep folder itself: which runs are finished, failed or pending,
-and which finished runs are stale (made with a scenario that differs from today's plan)."""
+and which finished runs are stale (made with a scenario that differs from today's plan).
+
+Every run directory with a run status is finished, whatever the status: a resumed sweep never
+re-runs it. Those that `flemu compare` leaves out (`failed`: a broken contract, `invalid`: an
+invariant failed, `empty`: nothing aggregated; RETRIED) and the runs that wrote no directory
+(a crash, recorded in failures/<id>.json) are re-run only when asked (`--retry-failed`)."""
 from __future__ import annotations
 
 import copy
@@ -11,8 +16,10 @@ import yaml
 
 from ..scenario import schema as scn, yaml_input
 from ..errors import FlemuError
+from ..runs.outputs import LEFT_OUT, RUN_STATUSES
 
-DONE = ("complete", "diverged", "stalled", "stopped")   # a run directory with a summary: never re-run
+DONE = RUN_STATUSES           # a run directory with a summary: never re-run unless asked
+RETRIED = LEFT_OUT            # ... which `--retry-failed` re-runs, with the runs that crashed
 
 
 def read_summary(run_dir: Path) -> Optional[dict]:

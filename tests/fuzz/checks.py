@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-DONE = ("complete", "diverged", "stalled")
+DONE = ("complete", "empty", "diverged", "stalled")   # empty: ran, but no aggregation weighed anyone
 EPS = 1e-9
 
 
@@ -357,7 +357,7 @@ def summary_figures(rd: RunDir) -> list:
         bad.append(f"summary rounds {s['rounds']} < last metrics round {top}")
     if run.get("rounds") is not None and s["rounds"] > run["rounds"]:
         bad.append(f"{s['rounds']} rounds, more than run.rounds = {run['rounds']}")
-    if s["status"] == "complete" and run.get("virtual_time") is None and rd.protocol in ("rounds", "intervals", "async") \
+    if s["status"] in ("complete", "empty") and run.get("virtual_time") is None and rd.protocol in ("rounds", "intervals", "async") \
             and s["rounds"] != run["rounds"]:
         bad.append(f"complete after {s['rounds']} of run.rounds = {run['rounds']}")
     if abs(s["virtual_time"] - float(m["virtual_time"].max())) > 1e-9 and not rd.ended_early \

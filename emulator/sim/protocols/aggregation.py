@@ -17,7 +17,7 @@ import torch
 
 from ...algorithms.base import Arrival, Rows
 from ...compute.lazy import Lazy, force, resolve
-from ...errors import DivergedError, InvariantError
+from ...errors import DivergedError
 from .cohort import Cohort
 
 
@@ -31,7 +31,6 @@ class Aggregating:
         Unread uploads keep `vectors=None`: their training is never computed.
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
         (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
-        algo = task.algorithm
         if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
             return self.aggregate_cohort(task, t, items, log)
         sw = self.selection_weights          # the round's selection weights (protocols/selecting.py), or None
@@ -39,23 +38,19 @@ class Aggregating:
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
                             train_loss=float("nan"), meta=u.meta, selection_weight=None if sw is None else sw[cid])
                     for cid, u, steps in items]
-        need = set(algo.reads(t, arrivals)) if arrivals else set()
+        need = task.checked.reads(t, arrivals) if arrivals else set()
         lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
         read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
         resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
                 + lazy_meta)
-        want = algo.message_numel("up")
         for a, u in read:
             a.vectors = [force(v) for v in u.vectors]
-            got = int(sum(v.numel() for v in a.vectors))
-            if got != want:
-                raise InvariantError(f"{algo.name}: client {a.client} uploaded {got} parameters but the "
-                                     f"algorithm declares {want} (up_vectors x dim): a flemu bug")
+            task.checked.uploaded(a.client, t, a.vectors)       # the declared size and dtype (boundary/)
             if u.result is not None:
                 a.train_loss = force(u.result).loss_mean
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
-        agg = algo.aggregate(t, arrivals)
+        agg = task.checked.aggregate(t, arrivals, log)
         self.record_aggregation(log, agg)
         if task.buffers is not None:
             self.average_buffers(task, agg, read)
@@ -64,22 +59,17 @@ class Aggregating:
     def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
         """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its results
         go to the algorithm as columns (`Rows`), with no object per client."""
-        algo = task.algorithm
-        dim = algo.message_numel("up")
         if cohort.future is None:
             res_params, loss = [], np.zeros(0)
         else:
             res = force(cohort.future)
             res_params, loss = res.params, res.loss_mean
-            got = res_params[0].numel()           # one job's spec: every row alike
-            if got != dim:
-                raise InvariantError(f"{algo.name}: clients uploaded {got} parameters but the "
-                                     f"algorithm declares {dim} (up_vectors x dim): a flemu bug")
+            task.checked.uploaded_rows(t, res_params[0].numel())    # one job's spec: every row alike
         sw = self.selection_weights
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
                     steps=cohort.steps, params=res_params, train_loss=loss,
                     selection_weight=None if sw is None else np.array([sw[c] for c in cohort.clients.tolist()]))
-        agg = algo.aggregate_rows(t, rows)
+        agg = task.checked.aggregate_rows(t, rows, log)
         self.record_aggregation(log, agg)
         return rows, agg
 

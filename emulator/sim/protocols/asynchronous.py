@@ -34,6 +34,7 @@ import math
 
 
 from ...algorithms.base import VersionedModel
+from ...boundary import devices as devices_boundary
 from ...registry import register
 from .base import Call, LocalWorkParams, Protocol
 
@@ -71,7 +72,8 @@ class Async(Protocol):
             job += 1
             now = env.now
             if not client.availability.online(client.id, job, now):
-                nxt = client.availability.next_online(client.id, now)
+                nxt = devices_boundary.moment(client.availability.next_online(client.id, now), now,
+                                              client.availability, "next_online")
                 if math.isinf(nxt):
                     return
                 if nxt <= now:       # per-round model said offline: try again at the next merge

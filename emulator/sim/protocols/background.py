@@ -52,7 +52,7 @@ class Background:
 
         def body():
             yield from proto.download(work)
-            spec = algo.background_spec(client.id, t, bc)
+            spec = task.checked.background_spec(client.id, t, bc)
             self.running[client.id] = (proc, work, spec)
             fut = yield from proto.compute(work, spec, proto.local_steps(client.id, task))
             algo.keep(client.id, t, fut, spec)

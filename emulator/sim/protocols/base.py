@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from ... import registry
 from ...algorithms.base import BackgroundTraining
-from ...errors import InvariantError
+from ...boundary import devices as devices_boundary     # availability answers, checked (boundary/devices.py)
 from ...registry import Params
 from ..client import State
 from ..draws import RoundDraws
@@ -109,7 +109,8 @@ class Protocol(Pieces, Aggregating, ABC):
     def available(self, t: int) -> np.ndarray:
         """Ids of the clients online now (per-round models asked for round t), per device group."""
         now = self.env.now
-        out = [members[model.online_mask(members, t, now)] for members, model in self.world.group_members]
+        out = [members[devices_boundary.mask(model.online_mask(members, t, now), len(members), model, t)]
+               for members, model in self.world.group_members]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     @abstractmethod
@@ -155,7 +156,8 @@ class Protocol(Pieces, Aggregating, ABC):
         run stalls)."""
         now = self.env.now
         timed = [c for c in self.world.clients if c.availability.kind == "time"]
-        nxt = min((c.availability.next_online(c.id, now) for c in timed), default=math.inf)
+        nxt = min((devices_boundary.moment(c.availability.next_online(c.id, now), now, c.availability, "next_online")
+                   for c in timed), default=math.inf)
         if now < nxt < math.inf:
             yield self.env.timeout(nxt - now)
             return True
@@ -214,7 +216,8 @@ class Protocol(Pieces, Aggregating, ABC):
         before it finishes, for per-round availability models)."""
         if client.availability.kind == "round":     # decided at the round's start, held for it
             return None
-        until = client.availability.online_until(client.id, self.env.now)
+        until = devices_boundary.moment(client.availability.online_until(client.id, self.env.now), self.env.now,
+                                        client.availability, "online_until")
         if math.isinf(until):
             return None
         return self.env.timeout(max(0.0, until - self.env.now))
@@ -237,14 +240,8 @@ class Protocol(Pieces, Aggregating, ABC):
         return m
 
     def broadcast(self, task, t: int):
-        """The algorithm's broadcast, checked against its declared download size."""
-        bc = task.algorithm.broadcast(t)
-        got = int(sum(v.numel() for v in bc.vectors))
-        want = task.algorithm.message_numel("down")
-        if got != want:
-            raise InvariantError(f"{task.algorithm.name} broadcasts {got} parameters but declares {want} "
-                                 "(down_vectors x dim): a flemu bug")
-        return bc
+        """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py)."""
+        return task.checked.broadcast(t)
 
     # -- how a round goes ----------------------------------------------------------------
     def cohort_spec(self, task, t: int, bc):
@@ -253,7 +250,7 @@ class Protocol(Pieces, Aggregating, ABC):
         algo = task.algorithm
         if task.net.has_buffers or not algo.cohort_path or isinstance(algo, BackgroundTraining):
             return None
-        return algo.cohort_spec(t, bc)
+        return task.checked.cohort_spec(t, bc)
 
     def planned_seconds(self, task, t: int, clients, steps, draws) -> Optional[list]:
         """Each participant's (download, compute, step floor, upload) seconds, computed for the

@@ -188,7 +188,7 @@ class Intervals(Protocol):
         tau, spi, dur, floor, rows = plan
         task, t = call.task, call.round
         work = self.begin(client, task, t, call.sheet, call.draws)
-        algo = task.algorithm
+        algo = task.checked              # the algorithm's verbs, checked (boundary/algorithm.py)
 
         def body():
             yield from self.download(work)

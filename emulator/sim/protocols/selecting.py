@@ -7,8 +7,8 @@ one `Selecting` and calls it twice a round, one line each:
 `select` builds the round's `SelectionContext` (round, virtual time, k, deadline, available
 ids, the fleet's data sizes, the a-priori profiles, the history, the run's `selection`
 stream, the loss probe), asks the selector, checks what it returned where it crosses into
-the engine (distinct ids among the available ones; weights positive and finite: a
-`ContractError` naming the selector, the method, the round and the contract), charges a
+the engine (boundary/selection.py: distinct ids among the available ones; weights positive
+and finite; else a `ContractError` naming the selector, the round and the contract), charges a
 loss probe's time before the round goes on, and hands any aggregation weights to the
 aggregation (`Protocol.selection_weights`). `observe` reads what became of the selected
 clients (selection_facts.py), writes it into the history and tells the selector.
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from devices.selectors import Chosen, History, SelectionContext, Selector
+from devices.selectors import History, SelectionContext, Selector
 
 from ... import registry
-from ...errors import ContractError, ScenarioError
+from ...boundary.selection import CheckedSelection
+from ...errors import ScenarioError
 from ...scenario.selection_params import SelectingProtocol, SelectionParams
 from .selection_facts import Probes, Profiles, read_results, round_outcomes
 
@@ -35,6 +36,7 @@ class Selecting:
             raise ScenarioError([("protocol.select.model", f"selection model {spec.model!r} made a "
                                   f"{type(sel).__name__}, not a Selector (emulator.api)")])
         self.selector, self.model = sel, spec.model
+        self.boundary = CheckedSelection(sel, spec.model)      # what select returns, checked
         self.k = spec.count(w.num_clients) if isinstance(spec, SelectionParams) else None
         self.deadline = proto.p.deadline() if isinstance(proto.p, SelectingProtocol) else None
         self.history = History()
@@ -60,31 +62,11 @@ class Selecting:
         """Generator: round t's selection (ascending ids); a loss probe's phase first."""
         self.probes.start_round()
         got = self.selector.select(self.context(t, avail))
-        ids, weights = self.checked(got, avail, t)
+        ids, weights = self.boundary.choice(got, avail, t)
         self.proto.selection_weights = None if weights is None else dict(zip(ids, weights))
         if self.probes.seconds > 0:
             yield self.proto.env.timeout(self.probes.seconds)
         return ids
-
-    def checked(self, got, avail, t: int) -> tuple:
-        """The selection as (ascending ids, their weights or None), checked."""
-        raw, weights = (got.ids, got.weights) if isinstance(got, Chosen) else (got, None)
-        ids = np.asarray(list(raw))
-        where = f"selection model {self.model!r}: select(ctx) in round {t}"
-        if len(ids) and not np.issubdtype(ids.dtype, np.integer):
-            raise ContractError(f"{where} returned {ids.dtype} values; a selection is client ids (integers)")
-        ids = ids.astype(np.int64)
-        if len(np.unique(ids)) != len(ids) or not np.isin(ids, avail).all():
-            bad = ids[~np.isin(ids, avail)][:5].tolist() or "repeated ids"
-            raise ContractError(f"{where} returned {bad}: a selection is distinct ids among ctx.available")
-        order = np.argsort(ids, kind="stable")
-        if weights is None:
-            return ids[order].tolist(), None
-        wts = np.asarray(list(weights), dtype=np.float64)
-        if len(wts) != len(ids) or not (np.isfinite(wts).all() and (wts > 0).all()):
-            raise ContractError(f"{where} returned {len(wts)} weights for {len(ids)} ids; weights are positive, "
-                                "finite, one per id")
-        return ids[order].tolist(), wts[order].tolist()
 
     def observe(self, t: int, log, items, arrivals) -> None:
         """After round t's aggregation: what became of its selected clients, into the history

@@ -121,7 +121,7 @@ def _cut_by_budget(proto, task, t, log, bc, ends: Ends, budget: float):
 
 def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
     """Submit the round's jobs as the process engine does; returns its items (or the Cohort)."""
-    algo, ids, steps = task.algorithm, ends.ids, ends.steps
+    algo, ids, steps = task.checked, ends.ids, ends.steps          # the verbs, checked (boundary/algorithm.py)
     spec = proto.cohort_spec(task, t, bc)
     if spec is not None:
         # one job for the round's arrivals (in arrival order); the clients that started
@@ -144,7 +144,7 @@ def _never_closes(proto, task, t, log, bc, ends: Ends):
     """A round that waits for a client whose computation never ends: everyone else's work is
     recorded as it happens, then the round waits on an event that never fires (the run stalls,
     as under the process engine)."""
-    env, algo = proto.env, task.algorithm
+    env, algo = proto.env, task.checked
     ids, steps, t0 = ends.ids, ends.steps, ends.t0
     fin = np.isfinite(ends.up)
     for i, c in enumerate(ids.tolist()):     # every download ends; finite computations and uploads too

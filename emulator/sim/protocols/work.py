@@ -276,11 +276,11 @@ class Pieces:
                 self.world.executor.count_jobs(1, steps)
                 spec = None
             else:
-                spec = task.algorithm.local_spec(client.id, round_, call.bc)
+                spec = task.checked.local_spec(client.id, round_, call.bc)
             fut, ev = self.start_compute(work, spec, steps, dur, step_floor=floor)
             yield until(work, ev)
             self.computed(work, ev)
-            up = None if call.cohort else task.algorithm.upload(client.id, round_, fut)
+            up = None if call.cohort else task.checked.upload(client.id, round_, fut)
             ev = self.send(work, "up", up_s)
             yield until(work, ev)
             self.sent(work, "up", ev)
