@@ -124,7 +124,7 @@ bench: $(STAMP)
 MUT_FLAGS ?= --disable-mutation-types string,fstring,decorator -m 10
 MUT_DIR  := build/mutmut
 MUTATE ?= invariants fedsum network availability selection fedasync fedumf assignment vector
-MUT_selection    := devices/selection.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
+MUT_selection    := devices/selectors/static.py|tests/test_devices_availability.py::test_uniform_selects_exactly_k \
   tests/test_devices_availability.py::test_cyclic_every_client_once_per_epoch \
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
   tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \

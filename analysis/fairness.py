@@ -1,7 +1,7 @@
 """Who the model serves, from run directories (docs/fairness.md): the spread of per-client
 accuracy from client_eval.csv and who took part per device group from clients.csv and
-partition.csv, with the definitions the run itself uses (emulator/fairness.py,
-emulator/group_shares.py): nothing here keeps a tally of its own.
+partition.csv, with the definitions the run itself uses (emulator/measures/fairness.py,
+emulator/measures/group_shares.py): nothing here keeps a tally of its own.
 
 - groups(study)                  device-group names in the fleet's order (every run's, merged)
 - evaluations(client_eval, ...)  per evaluation: its virtual time and the metrics columns
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from emulator import fairness as F
-from emulator import group_shares as G
+from emulator.measures import fairness as F
+from emulator.measures import group_shares as G
 
 SHARES = ("clients", "data", "selected", "weight", "steps")
 PREFIXES = ("client_acc_", "acc_group_", "share_")    # the compare columns of this module

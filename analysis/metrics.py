@@ -167,11 +167,11 @@ def participation_stats(clients: pd.DataFrame, protocol: Optional[str] = None) -
 
 def delay_stats(clients: pd.DataFrame, num_clients: Optional[int] = None, rounds=None) -> dict:
     """FedSUM delay metrics from clients.csv (active set of aggregation t: weight > 0):
-    per-round tau, tau_max, tau_avg (emulator.participation.delay_metrics). `rounds`: the
+    per-round tau, tau_max, tau_avg (emulator.measures.participation.delay_metrics). `rounds`: the
     aggregations (metrics.csv rounds >= 1; default every round in clients.csv), so rows of
     work no aggregation used (a lost async job) are not counted as rounds; `num_clients`:
     the fleet size (default: the largest client id + 1)."""
-    from emulator.participation import delay_metrics
+    from emulator.measures.participation import delay_metrics
     if clients is None or clients.empty:
         return {"tau": np.zeros(0, int), "tau_max": 0, "tau_avg": 0.0}
     n = num_clients or int(clients["client"].max()) + 1

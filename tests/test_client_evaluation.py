@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emulator import fairness
+from emulator.measures import fairness
 from emulator.scenario import schema as scenario
 from emulator.sim.world import World
 from emulator.workloads.evaluate import ClassificationEval, PerClientEval

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from devices import availability as av
-from devices import selection as sel
+from devices import selectors as sel
 from devices.selectors import SelectionContext
 from emulator.rng import Streams
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from devices import availability as av
-from devices import selection as sel
+from devices import selectors as sel
 from devices.selectors import SelectionContext
-from emulator.participation import delay_metrics
+from emulator.measures.participation import delay_metrics
 from emulator.rng import Streams
 from emulator.sim.world import _GroupRngs
 from reference.fedsum_reference import expected_tau_bernoulli, expected_tau_uniform

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from emulator.participation import delay_metrics
+from emulator.measures.participation import delay_metrics
 from reference import fedsum_reference as ref
 from reference.fedsum_harness import METHODS, XSTAR, algo_block, quad_scenario, reference, run_world
 

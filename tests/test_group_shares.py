@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulator import group_shares as G
+from emulator.measures import group_shares as G
 
 from test_client_evaluation import two_groups
 

@@ -61,7 +61,7 @@ def test_async_lost_work_is_recorded_without_creating_aggregations(run_in):
     assert not merged.duplicated(["round", "client"]).any()
     assert sorted(merged["round"]) == list(range(1, 26)) and len(c) == 25 + len(lost)
     # the delay metrics of the merges alone (each merge aggregates one client)
-    from emulator.participation import delay_metrics
+    from emulator.measures.participation import delay_metrics
     want = delay_metrics([merged.loc[merged["round"] == r, "client"].to_numpy() for r in range(1, 26)], 8)
     assert m["tau"].iloc[1:].astype(int).tolist() == want["tau"].tolist()
     assert s["delay"]["0"]["tau_max"] == want["tau_max"] == m["tau"].max()

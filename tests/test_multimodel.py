@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from devices.assignment import MfaRand, MfaRR, Sequential
-from emulator import gain as G
+from emulator.measures import gain as G
 from emulator.scenario import schema as scenario
 from emulator.errors import ScenarioError
 from emulator.sim.world import World

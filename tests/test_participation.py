@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from devices import selection as sel
+from devices import selectors as sel
 from devices.selectors import SelectionContext
-from emulator.participation import delay_metrics
+from emulator.measures.participation import delay_metrics
 
 
 def test_t1_hand_sequence():

@@ -6,7 +6,7 @@ given a fraction, and each built pattern's name. Written for the survivors of
 import numpy as np
 import pytest
 
-from devices import selection as sel
+from devices import selectors as sel
 from devices.selectors import SelectionContext
 from emulator import registry
 

@@ -173,7 +173,7 @@ def delay(world, metrics, clients) -> list:
     bad = []
     if not (len(metrics) and "tau" in metrics and len(clients) and not world.recorder.participants_only):
         return bad
-    from ..participation import delay_metrics
+    from ..measures.participation import delay_metrics
     for task in world.tasks:
         m = metrics[(metrics["model"] == task.index) & (metrics["round"] >= 1)]
         c = clients if "model" not in clients else clients[clients["model"] == task.index]

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from . import invariants, outputs
-from .. import group_shares
+from ..measures import group_shares
 from ..scenario import schema as scenario
 from ..sim.world import World
 
@@ -88,7 +88,7 @@ def add_delay_metrics(world, metrics: pd.DataFrame) -> tuple:
     """FedSUM delay metrics from the participation that happened (clients with weight > 0):
     a `tau` column in metrics.csv; returns (tau_max / tau_avg per model for summary.json,
     per model the last round each client was aggregated in, 0 = never, for partition.csv)."""
-    from ..participation import delay_metrics
+    from ..measures.participation import delay_metrics
 
     out, last_aggregated = {}, {}
     if not len(metrics):

@@ -1,7 +1,7 @@
 """Per-client evaluation in a run (docs/fairness.md): with every global evaluation, the
 clients to evaluate (all with local test rows, or a sample drawn from the `evaluation`
 stream), one batched evaluation of them (workloads/evaluate.py: `PerClientEval`), their rows
-for client_eval.csv, the metrics columns (emulator/fairness.py) and, with `charge: true`,
+for client_eval.csv, the metrics columns (emulator/measures/fairness.py) and, with `charge: true`,
 the seconds their forward passes take on their devices."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from .. import fairness
+from ..measures import fairness
 from ..workloads.evaluate import PerClientEval
 
 

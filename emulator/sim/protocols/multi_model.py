@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 
 from devices.assignment import MfaRand, MfaRR, Sequential
 
-from ... import gain as G
+from ...measures import gain as G
 from ...registry import Params, register
 from ..client import State
 from .base import Call, Gate, LocalWorkParams, Protocol, closing_time
