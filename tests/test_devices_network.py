@@ -2,6 +2,8 @@
 rates on a 3-node topology with a bottleneck; and through the emulator with a shared
 server link."""
 
+import math
+
 import numpy as np
 import pytest
 import simpy
@@ -333,3 +335,199 @@ def test_unknown_jitter_distribution_is_a_scenario_error(run_in):
     sc["clients"]["groups"][0]["network"]["jitter_dist"] = "pareto"
     with pytest.raises(ScenarioError, match=r"clients\.groups\[0\]\.network.*jitter_dist"):
         run_in(sc)
+
+
+# ============================================================================ the survivors of `make mutate`
+def test_message_bytes_rounds_to_nine_decimals_before_the_ceiling():
+    """163,845 parameters x 4 B x 0.55 = 360,459 B exactly; in floats 360459.00000000006: the
+    rounding to 1e-9 absorbs the noise (to 1e-10 it would not, and add a byte)."""
+    from devices.network import message_bytes
+    assert 163_845 * 4 * 0.55 != 360_459
+    assert message_bytes(163_845, 4, 0, 0.55) == 360_459
+    assert message_bytes(163_845, 4, 7, 0.55) == 360_466
+
+
+def test_jitter_draw_shapes_defaults_and_unknown_distribution():
+    from devices.network import JITTER_DISTS, jitter_draw
+    one = jitter_draw(np.random.default_rng(3), 0.02)
+    assert type(one) is float and one == np.random.default_rng(3).exponential(0.02)
+    many = jitter_draw(np.random.default_rng(3), 0.02, size=4)
+    assert many.shape == (4,) and np.array_equal(many, np.random.default_rng(3).exponential(0.02, 4))
+    assert jitter_draw(None, 0.0) == 0.0 and np.array_equal(jitter_draw(None, 0.0, size=3), np.zeros(3))
+    # lognormal's default log-space spread is 1: LogNormal(ln 0.02 - 1/2, 1)
+    x = jitter_draw(np.random.default_rng(5), 0.02, "lognormal", size=4)
+    assert np.array_equal(x, np.random.default_rng(5).lognormal(np.log(0.02) - 0.5, 1.0, 4))
+    assert JITTER_DISTS == ("exponential", "uniform", "lognormal")
+    with pytest.raises(ValueError, match=r"one of exponential, uniform, lognormal, got 'pareto'"):
+        jitter_draw(np.random.default_rng(0), 0.02, "pareto")
+
+
+def test_round_draws_are_one_bulk_draw_row_0_down_row_1_up():
+    """A round's jitter of n clients: 2n draws from the round stream, the first n for the
+    downloads, the next n for the uploads; none at all without jitter."""
+    link = Link(latency=0.01, up_mbps=1, down_mbps=1, jitter=0.02)
+    d = link.round_draws(3, np.random.default_rng(11))
+    want = np.random.default_rng(11).exponential(0.02, 6)
+    assert d.shape == (2, 3) and np.array_equal(d[0], want[:3]) and np.array_equal(d[1], want[3:])
+    # a jitter under a second still draws; without jitter nothing is drawn (the stream is not read)
+    assert Link(0.01, 1, 1, jitter=0.5).round_draws(2, np.random.default_rng(0)).shape == (2, 2)
+    assert Link(0.01, 1, 1).round_draws(3, None) is None
+
+
+def test_link_defaults_and_bad_values():
+    link = Link(latency=0.01, up_mbps=2, down_mbps=8)
+    assert link.bandwidth_bps("up") == 2e6 and link.bandwidth_bps("down") == 8e6   # factor 1
+    # a lognormal jitter's default log-space spread is 1 (jitter_sigma)
+    ln = Link(0.0, 1, 1, jitter=0.02, jitter_dist="lognormal")
+    assert ln.jitter_sigma == 1.0
+    assert ln.delay(np.random.default_rng(2)) == np.random.default_rng(2).lognormal(np.log(0.02) - 0.5, 1.0)
+    for bad in (dict(latency=math.inf), dict(latency=-0.1), dict(latency=math.nan),
+                dict(up_mbps=0), dict(down_mbps=0), dict(up_mbps=-1)):
+        kw = dict(latency=0.0, up_mbps=1, down_mbps=1) | bad
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Link(**kw)
+
+
+def test_a_plugin_link_inherits_no_jitter_no_spread_and_exponential_jitter():
+    """A LinkModel subclass that declares only its latency and bandwidth inherits the base's
+    defaults: no jitter (delay = latency, no round draws), no spread (all factors 1, nothing
+    drawn); given a jitter, it is Exponential(jitter), and lognormal's spread is 1."""
+    from devices.network import LinkModel
+
+    class Fixed(LinkModel):
+        latency = 0.05
+
+        def bandwidth_bps(self, direction, client=0, factor=1.0):
+            return 1e6 * factor
+
+        def transfer_times(self, nbytes, direction, clients, jitter, factor):
+            return (self.latency + jitter) + nbytes * 8.0 / (1e6 * factor)
+
+    p = Fixed()
+    assert (p.jitter, p.spread, p.jitter_dist, p.jitter_sigma) == (0.0, 0.0, "exponential", 1.0)
+    assert p.delay(None) == 0.05 and p.round_draws(4, None) is None
+    assert np.array_equal(p.spread_factors(3, None), np.ones(3))
+    assert p.transfer_time(125_000, "up", rng=None) == 0.05 + 1.0
+    p.jitter = 0.02
+    assert p.delay(np.random.default_rng(4)) == 0.05 + np.random.default_rng(4).exponential(0.02)
+    p.jitter_dist = "lognormal"
+    assert p.delay(np.random.default_rng(4)) == 0.05 + np.random.default_rng(4).lognormal(np.log(0.02) - 0.5, 1.0)
+
+
+def test_instant_link_takes_no_time():
+    from devices.network import InstantLink
+    i = InstantLink()
+    assert (i.latency, i.jitter) == (0.0, 0.0)
+    assert i.bandwidth_bps("up") == math.inf and i.delay(None) == 0.0
+    assert i.transfer_time(10**9, "down") == 0.0 and i.round_draws(5, None) is None
+    assert np.array_equal(i.spread_factors(3, None), np.ones(3))
+    assert np.array_equal(i.transfer_times(10**9, "up", np.arange(3), np.zeros(3), np.ones(3)), np.zeros(3))
+
+
+def test_instant_network_in_a_run(run_in):
+    """network: instant: every transfer takes 0 s, a round is its 5 steps of 0.1 s."""
+    import pandas as pd
+    from conftest import tiny
+    sc = tiny()
+    sc["clients"]["groups"][0]["network"] = {"model": "instant"}
+    res = run_in(sc)
+    c = pd.read_csv(res.run_dir / "clients.csv")
+    sel = c[c["selected"]]
+    assert len(sel) == 9 and (sel["comm_time"] == 0.0).all() and (sel["bytes_up"] == 2600).all()
+    assert res.metrics[res.metrics["round"] >= 1]["round_time"].tolist() == pytest.approx([0.5] * 3, abs=1e-12)
+
+
+def test_trace_link_maps_group_members_to_table_rows():
+    """Members take the table's clients in id order (numeric ids sort by length first:
+    2 before 10), wrapping; bandwidths in Mbit/s, no spread, the group's latency."""
+    from devices.network import TraceLink
+    t = TraceLink({"10": (3.0, 30.0), "2": (1.0, 10.0)}, [5, 7, 9], latency=0.02)
+    assert t.bandwidth_bps("up", 5) == 1e6 and t.bandwidth_bps("down", 5) == 10e6
+    assert t.bandwidth_bps("up", 7) == 3e6 and t.bandwidth_bps("down", 9) == 10e6
+    assert np.array_equal(t.spread_factors(3, None), np.ones(3)) and t.round_draws(3, None) is None
+    assert t.transfer_time(125_000, "up", 7) == 0.02 + 1e6 / 3e6
+    for d in ("up", "down"):
+        vec = t.transfer_times(125_000, d, np.array([5, 7, 9]), np.array([0.0, 0.1, 0.0]), np.ones(3))
+        assert vec.tolist() == [t.transfer_time(125_000, d, c, None, j) for c, j in ((5, 0.0), (7, 0.1), (9, 0.0))]
+    z = TraceLink({"0": (4.0, 8.0)}, [0, 3])
+    assert z.transfer_time(1_000_000, "up") == 8e6 / 4e6          # client 0, no latency by default
+    assert z.bandwidth_bps("up") == 4e6 and z.bandwidth_bps("down", 3) == 8e6
+    # jitter as Link's: Exponential(jitter) by default, lognormal with log-space spread 1
+    j = TraceLink({"0": (4.0, 8.0)}, [0], 0.01, 0.02)
+    assert (j.jitter_dist, j.jitter_sigma) == ("exponential", 1.0)
+    assert j.delay(np.random.default_rng(6)) == 0.01 + np.random.default_rng(6).exponential(0.02)
+    j = TraceLink({"0": (4.0, 8.0)}, [0], 0.01, 0.02, "lognormal")
+    assert j.delay(np.random.default_rng(6)) == 0.01 + np.random.default_rng(6).lognormal(np.log(0.02) - 0.5, 1.0)
+    with pytest.raises(ValueError, match="empty links table"):
+        TraceLink({}, [0])
+
+
+def test_max_min_rates_on_infinite_links_and_leftover_capacity():
+    # every link unbounded: every flow unbounded, whatever their overlap
+    inf = math.inf
+    assert max_min_rates({"f1": ["A", "B"], "f2": ["B"], "f3": ["A"]}, {"A": inf, "B": inf}) == \
+        {"f1": inf, "f2": inf, "f3": inf}
+    # L1 (1 bit/s) fixes f1 and f2 at 0.5; f3 gets what f1 leaves of L2: 1.2 - 0.5 = 0.7
+    rates = max_min_rates({"f1": ["L1", "L2"], "f2": ["L1"], "f3": ["L2"]}, {"L1": 1.0, "L2": 1.2})
+    assert rates == pytest.approx({"f1": 0.5, "f2": 0.5, "f3": 0.7}, abs=1e-12)
+
+
+def test_flow_network_edge_cases_on_exact_seconds():
+    # a link of 0.5 bit/s moves 1 bit in 2 s (rates under 1 bit/s still progress)
+    assert run_flows({"L": 0.5}, [(0.0, ["L"], 1.0, 0.0)]) == pytest.approx([2.0], abs=1e-12)
+    # an unbounded link: the flow arrives after its latency alone
+    assert run_flows({"L": math.inf}, [(0.0, ["L"], 1e6, 0.05)]) == [0.05]
+    # B (listed first, so its start comes before A's timer) joins at the instant A's last bit
+    # arrives: A ends at 1.0, B then has the link alone and ends at 2.0
+    assert run_flows({"L": 1e6}, [(1.0, ["L"], 1e6, 0.0), (0.0, ["L"], 1e6, 0.0)]) == \
+        pytest.approx([2.0, 1.0], abs=1e-12)
+
+
+def test_a_flow_yields_only_when_sent_as_background():
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 1e6})
+    fg = net.send(["L"], 1e6)                          # the default: not background
+    bg = net.send(["L"], 1e6, background=True)
+    env.run(until=fg.event)
+    assert env.now == 1.0 and not bg.event.triggered   # the foreground flow had the whole link
+    env.run(until=bg.event)
+    assert env.now == 2.0
+
+
+def test_rates_are_recomputed_once_per_flow_start_and_end():
+    """A alone, B joins at 0.5 (A's timer for 1.0 goes stale and must not recompute), A ends
+    at 1.5, B at 2.0: four recomputations."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 1e6})
+    a = net.send(["L"], 1e6)
+
+    def late():
+        yield env.timeout(0.5)
+        net.send(["L"], 1e6)
+    env.process(late())
+    env.run()
+    assert a.event.triggered and env.now == pytest.approx(2.0, abs=1e-12)
+    assert net.recomputes == 4
+
+
+def test_a_flow_cancelled_during_its_latency_never_takes_a_share():
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 1e6})
+    a = net.send(["L"], 1e6)
+    b = net.send(["L"], 1e6, latency=0.5)
+
+    def cancel():
+        yield env.timeout(0.2)
+        b.cancel()
+    env.process(cancel())
+    env.run()
+    assert a.event.triggered and env.now == 1.0 and not b.event.triggered and not b.flow.started
+
+
+def test_topology_links_default_to_no_latency_and_route_by_fewest_hops():
+    g = build_topology(["s", "x", "t"], [{"a": "s", "b": "x", "mbps": 1}, {"a": "x", "b": "t", "mbps": 1},
+                                          {"a": "s", "b": "t", "mbps": 1}])
+    assert g.edges["s", "x"]["latency"] == 0.0
+    assert route(g, "s", "t") == ([("s", "t")], 0.0)
+    with pytest.raises(ValueError, match="unknown node 'y'"):
+        build_topology(["s"], [{"a": "s", "b": "y", "mbps": 1}])
