@@ -111,7 +111,7 @@ def test_background_work_is_recorded_at_the_close_and_again_when_it_stops(run_in
                  "protocol.wait": {"mode": "deadline", "seconds": 0.3}})
     sc["algorithm"] = {"name": "fedumf", "lr": 0.1, "alpha": 1.0}
     res = run_in(sc)
-    assert res.summary["status"] == "complete" and "bytes" in res.summary["invariants_checked"]
+    assert res.summary["status"] == "empty" and "bytes" in res.summary["invariants_checked"]   # nobody met the 0.3 s deadline: no aggregation (docs/reliability.md)
     c = pd.read_csv(res.run_dir / "clients.csv").set_index("client")
     m = pd.read_csv(res.run_dir / "metrics.csv").set_index("round")
     down = int(c["bytes_down"].max())
