@@ -347,12 +347,14 @@ def test_T12_offline_in_the_previous_round_does_not_fuse(tmp_path):
     assert s["updates_lost_superseded"] == 2          # clients 1, 2: unselected again, still running
 
 
-def test_partial_fuses_the_completed_steps():
-    """`unfinished: partial`: client 3's round-1 job (2 steps of 2 s) is half done when it is
-    selected in round 2; it fuses the displacement of its one completed step."""
+def one_fused_step_run(slow_step: float, slow_network=None):
+    """The `partial` scenario of two groups with 2 local steps, run; and theta after round 3
+    computed by hand when client 3 fuses ONE completed step of its round-1 job into round 2."""
     a, c = random_problem(4, 2, 5)
-    sc = two_group_scenario("partial", slow_step=2.0)
+    sc = two_group_scenario("partial", slow_step=slow_step)
     sc["protocol"]["local_steps"] = 2
+    if slow_network is not None:
+        sc["clients"]["groups"][1]["network"] = slow_network
     w = run_world(sc)
     grads, eta = grads_of(a, c), 0.1
 
@@ -366,6 +368,13 @@ def test_partial_fuses_the_completed_steps():
     th3 = steps(th2 + g3, 3, 2)
     g0 = steps(th2, 0, 2) - th2                                   # client 0's round-2 job finished
     th4 = np.mean([steps(th3 + g0, 0, 2), steps(th3, 3, 2)], 0)
+    return w, th4
+
+
+def test_partial_fuses_the_completed_steps():
+    """`unfinished: partial`: client 3's round-1 job (2 steps of 2 s) is half done when it is
+    selected in round 2; it fuses the displacement of its one completed step."""
+    w, th4 = one_fused_step_run(slow_step=2.0)
     np.testing.assert_allclose(w.tasks[0].algorithm.x.numpy(), th4, rtol=1e-12)
     cl = w.recorder.clients_frame()
     r1 = cl[(cl["round"] == 1) & (cl["client"] == 3)].iloc[0]
@@ -379,22 +388,7 @@ def test_partial_counts_the_steps_done_since_the_download_ended():
     2 steps of 1 s; selected at round 2's start (2.02 s: the fast clients' 2 steps and
     transfers), it has done floor(2 x 1.01 / 2) = 1 step, and fuses that one step (counted
     from the download's start, 2.02 s would make it 2)."""
-    a, c = random_problem(4, 2, 5)
-    sc = two_group_scenario("partial", slow_step=1.0)
-    sc["protocol"]["local_steps"] = 2
-    sc["clients"]["groups"][1]["network"] = {"latency": 1.0, "up_mbps": 1000, "down_mbps": 1000}
-    w = run_world(sc)
-    grads, eta = grads_of(a, c), 0.1
-
-    def steps(x, i, k):
-        for _ in range(k):
-            x = x - eta * grads[i](x)
-        return x
-    th1 = np.zeros(2)
-    th2 = np.mean([steps(th1, 0, 2), steps(th1, 1, 2)], 0)
-    th3 = steps(th2 + (steps(th1, 3, 1) - th1), 3, 2)              # one fused step
-    g0 = steps(th2, 0, 2) - th2                                   # client 0's round-2 job finished
-    th4 = np.mean([steps(th3 + g0, 0, 2), steps(th3, 3, 2)], 0)
+    w, th4 = one_fused_step_run(slow_step=1.0, slow_network={"latency": 1.0, "up_mbps": 1000, "down_mbps": 1000})
     np.testing.assert_allclose(w.tasks[0].algorithm.x.numpy(), th4, rtol=1e-12)
     cl = w.recorder.clients_frame().set_index(["round", "client"])
     assert cl.loc[(1, 3), "background_stop"] == "partial" and cl.loc[(1, 3), "steps"] == 1
