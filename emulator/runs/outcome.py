@@ -16,17 +16,18 @@ from __future__ import annotations
 EXIT = {"complete": 0, "stalled": 0, "stopped": 0, "empty": 0, "failed": 2, "diverged": 3, "invalid": 4}
 
 
-def empty_rounds(world) -> list:
-    """Rounds (each once, ascending) with an aggregation whose weights are all 0: it aggregated
-    nobody (no client met the deadline, none was online, every upload was filtered)."""
-    return sorted({int(log.round) for log in world.recorder.aggregations() if not (log.weight > 0).any()})
+def weighed(world) -> list:
+    """(round, whether it weighed any client) for each aggregation of the run, in order. A
+    round that weighed nobody (all weights 0): no client met the deadline, none was online,
+    every upload was filtered."""
+    return [(int(log.round), bool((log.weight > 0).any())) for log in world.recorder.aggregations()]
 
 
 def settle(world, summary: dict, failures: list) -> None:
     """Mark `summary` from the records: `empty_rounds` always, then `invalid` (with
     `invariant_failures`) or `empty` where they apply, and a failed run's `error`."""
-    rounds = empty_rounds(world)
-    summary["empty_rounds"] = rounds
+    aggs = weighed(world)
+    summary["empty_rounds"] = sorted({r for r, any_client in aggs if not any_client})   # each round once
     if world.error is not None:
         summary["error"] = world.error.record()
     if failures:
@@ -37,7 +38,7 @@ def settle(world, summary: dict, failures: list) -> None:
         summary["message"] = (f"post-run invariant check failed (a flemu bug; the results are kept, not to be "
                               f"trusted){before}: " + "; ".join(failures))
         return
-    if summary["status"] == "complete" and not any((log.weight > 0).any() for log in world.recorder.aggregations()):
+    if summary["status"] == "complete" and not any(any_client for _, any_client in aggs):
         summary["status"] = "empty"
         summary["message"] = ("no aggregation weighed any client: "
                               + (f"all {world.rounds_done} rounds aggregated nobody" if world.rounds_done
