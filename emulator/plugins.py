@@ -63,6 +63,11 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _file_sha(file) -> str:
+    """SHA-256 of a module plugin's file, read afresh (a replay compares it before importing)."""
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest()
+
+
 def _origin_of(e: BaseException, file: Optional[str]) -> str:
     """' (at FILE:LINE)' of the innermost frame inside the plugin, if any."""
     frames = traceback.extract_tb(e.__traceback__)
@@ -144,7 +149,7 @@ def _load_module(name: str, base_dir=None, expect: Optional[str] = None, trust=(
     if expect is not None and name not in sys.modules:
         file = _module_file(name, [*sys.path, *([extra] if extra else [])])
         if file is not None and Path(file).is_file():
-            _refuse_changed(name, file, expect, hashlib.sha256(Path(file).read_bytes()).hexdigest(), trust)
+            _refuse_changed(name, file, expect, _file_sha(file), trust)
     added = extra is not None and extra not in sys.path
     if added:
         sys.path.append(extra)
@@ -156,9 +161,7 @@ def _load_module(name: str, base_dir=None, expect: Optional[str] = None, trust=(
         if added:
             sys.path.remove(extra)
     file = getattr(mod, "__file__", None)
-    sha = None
-    if file and Path(file).is_file():
-        sha = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+    sha = _file_sha(file) if file and Path(file).is_file() else None
     _LOADED[name] = Loaded(name, file, sha, None)
     return _LOADED[name]
 
