@@ -7,7 +7,7 @@ PIP     := $(BIN)/python -m pip
 # torch is pinned through constraints.txt so that no CUDA wheels are pulled on a CPU machine
 PIPFLAGS := --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test setup docs docs-check bench study study-selection clean
+.PHONY: demo test test-slow test-all setup docs docs-check bench study study-selection clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,9 +25,21 @@ demo: $(STAMP)
 
 # two xdist workers x one torch thread each on a 2-core machine (tests/conftest.py sets the
 # threads of every worker and of the subprocesses tests start; OMP_NUM_THREADS here covers
-# imports that happen before conftest)
+# imports that happen before conftest).
+# `make test` is the everyday suite (about two minutes): every test but the ~60 marked
+# `@pytest.mark.slow` (Ray instances, killed and resumed sweeps, subprocess replays, paper
+# reproductions over many runs: each several seconds, together about two thirds of the
+# suite's time). `make test-slow` runs those; `make test-all` runs both in one call; CI
+# (.ci/run) runs `make test` and then `make test-slow`, so nothing goes unchecked.
+PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
+	$(PYTEST) -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow tests
+
+test-all: $(STAMP)
+	$(PYTEST) tests
 
 # the golden check (issue 34): about 55 small scenarios across protocols, engines, executors,
 # device models and the paper families; every file of their run directories (less wall-clock

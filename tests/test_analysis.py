@@ -182,6 +182,7 @@ def test_every_figure_renders_with_its_axes(study, tmp_path):
     assert (tmp_path / "both.png").stat().st_size > 5000 and (tmp_path / "both.svg").stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_report_and_compare_cli(study, tmp_path):
     from typer.testing import CliRunner
 

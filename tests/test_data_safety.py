@@ -286,6 +286,7 @@ def test_report_refuses_a_figures_folder_with_a_figure_it_did_not_draw(project, 
     assert snapshot(project) == before
 
 
+@pytest.mark.slow
 def test_outputs_flemu_wrote_are_replaced(project, a_run):
     (project / "rep.html").write_text(f"{outputs.REPORT_MARK}\nan older report\n")
     for cmd in (["plot", a_run, "-o", "fig.png"], ["plot", a_run, "-o", "fig.png"], ["plot", a_run, "-o", "fig.svg"],

@@ -136,6 +136,7 @@ CHECKS = {"docs/getting-started.md": getting_started_made_what_it_says}   # opti
 
 
 @pytest.mark.parametrize("page", PAGES)
+@pytest.mark.slow
 def test_page_code_runs(page, tmp_path, one_torch_thread):      # 218 s -> 41 s here, loaded
     from registry_snapshot import registry_snapshot
     with registry_snapshot():                # what a page registers is forgotten afterwards

@@ -120,6 +120,7 @@ def test_night_charging_availability_closed_form(tmp_path):
     assert m["participants"].tolist() == [0] + [4] * 6 + [0] + [4] * 5
 
 
+@pytest.mark.slow
 def test_fast_first_selector_plugin(tmp_path):
     """examples/fast_first.py from the command line: the fast group (clients 0-5) takes every
     round, three at a time in turns ([0, 1, 2], [3, 4, 5], ...); the slow group never runs.

@@ -165,6 +165,7 @@ def _flemu(args, cwd):
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow
 def test_a_plugin_missing_aggregate_is_exit_2_from_validate_and_run_naming_it_and_writes_nothing(tmp_path):
     plugin = tmp_path / "bad_algos.py"
     plugin.write_text(BAD_PLUGIN)

@@ -50,6 +50,7 @@ def test_one_colour_per_device_group_in_every_figure(runs):
     assert len(dots) == 16                                          # every client of both runs
 
 
+@pytest.mark.slow
 def test_flemu_plot_fairness_writes_a_signed_png(runs, tmp_path):
     from typer.testing import CliRunner
 
@@ -63,6 +64,7 @@ def test_flemu_plot_fairness_writes_a_signed_png(runs, tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.slow
 def test_the_report_has_a_who_the_model_serves_section(runs, tmp_path):
     from analysis import report
     p = report.write(list(runs), out=tmp_path / "r.html")

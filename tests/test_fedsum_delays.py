@@ -20,6 +20,7 @@ def test_exact_expectations_of_the_spec():
     assert expected_tau_uniform(4, 2, 30).mean() == pytest.approx(2.674667, abs=5e-7)
 
 
+@pytest.mark.slow
 def test_t6_uniform_sampling_mean_average_delay():
     """N = 4, S = 2, T = 30: E[tau_avg] = 2.674667; 4000 sequences of UniformSelection (P1)."""
     rng = np.random.default_rng(2)
@@ -29,6 +30,7 @@ def test_t6_uniform_sampling_mean_average_delay():
     assert abs(np.mean(vals) - 2.674667) < 0.035
 
 
+@pytest.mark.slow
 def test_p3_sine_availability_matches_the_time_varying_formula():
     """P3: p_i^t = clip(p_i (0.3 sin(2 pi t / P) + 0.7)), independently; the mean tau^t over 1000
     seeded sequences matches E[tau^t] of the exact formula with p_i^t round by round (4.5 s.e.);

@@ -45,6 +45,7 @@ def cnn_scenario(path, algo, executor):
 @pytest.mark.parametrize("algo", [{"name": "fedsum_b", "lr": 0.05}, {"name": "fedsum", "lr": 0.05},
                                   {"name": "fedsum_cr", "lr": 0.05, "lr_schedule": "inv_sqrt"},
                                   {"name": "scaffold", "lr": 0.05}], ids=lambda a: a["name"])
+@pytest.mark.slow
 def test_sequential_and_batched_agree_on_cnn_mnist(images, algo):
     runs = {}
     for ex in ("sequential", "batched"):
@@ -78,6 +79,7 @@ def t12_scenario(algo, seed, executor="batched", rounds=20):
             "executor": {"name": executor, "dtype": "float64"}}
 
 
+@pytest.mark.slow
 def test_t12_family_beats_fedavg_under_heterogeneous_participation(run_in):
     med = {}
     for algo in ("fedavg_active", "fedsum_b", "fedsum", "fedsum_cr"):

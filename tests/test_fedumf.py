@@ -410,6 +410,7 @@ def test_background_work_lost_to_going_offline(run_in):
     assert res.summary["grad_steps_skipped"] > 0
 
 
+@pytest.mark.slow
 def test_cifar_resnet18_scenario_runs_on_a_users_npz(tmp_path, run_in):
     """Table 3 (Table 4 differs in partition and alpha only) runs through the .npz file loader
     (a small CIFAR-shaped file written here), ResNet-18 with BatchNorm, a few steps."""

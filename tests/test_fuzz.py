@@ -78,6 +78,7 @@ def run(source, out):
 # ---------------------------------------------------------------------------- valid scenarios
 @examples(ci=10)
 @given(drawn=scenarios())
+@pytest.mark.slow
 def test_valid_scenarios_finish_keep_every_invariant_and_replay_exactly(drawn):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -111,6 +112,7 @@ def test_sequential_and_batched_executors_give_the_same_records(drawn):
 # ---------------------------------------------------------------------------- malformed scenarios
 @examples(ci=25, fuzz_share=2.0)
 @given(broken=malformed(scenarios(max_clients=12)))
+@pytest.mark.slow
 def test_a_malformed_scenario_exits_2_with_one_message_naming_its_path(broken):
     from typer.testing import CliRunner
 
@@ -136,6 +138,7 @@ def test_a_malformed_scenario_exits_2_with_one_message_naming_its_path(broken):
         assert not out.exists() and sorted(p.name for p in tmp.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_the_flemu_command_itself_exits_2_and_writes_nothing(tmp_path):
     """Once through a real `flemu run` process (the entry point, not typer's test runner)."""
     import os
@@ -240,6 +243,7 @@ def _refused_by_flemu_run(h, words=None):
 
 @examples(ci=8)
 @given(drawn=scenarios(max_clients=12))
+@pytest.mark.slow
 def test_every_non_finite_or_extreme_number_in_a_time_model_is_refused_naming_its_path(drawn):
     """Every numeric field of every time model of a drawn scenario, each of its hostile values
     in turn (the Python API: one ScenarioError naming that field)."""

@@ -122,6 +122,7 @@ def _instant(sc):
     ({"name": "async", "local_steps": 1}, "fedasync", False),
     ({"name": "multi_model", "local_steps": 1, "assignment": "mfa_rand"}, "fedavg", True),
 ])
+@pytest.mark.slow
 def test_zero_time_rounds_under_a_virtual_time_budget_stall(run_in, deadline, protocol, algorithm, multi):
     """Every step and transfer instant and only `run.virtual_time` given: time never passes, so
     the budget is never reached; the run used to loop forever. It stalls after 1,000

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from emulator.compute.batched import AutoExecutor, AutoParams, BatchedExecutor, BatchedParams
@@ -88,6 +89,7 @@ def test_default_workers_are_the_runs_cores_over_threads():
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_workers_never_change_a_jobs_numbers_at_two_threads():
     """28 x 28 inputs, batch 32: two intra-op threads give other bits than one (checked
     below), and a job on two workers of two threads gives the loop's bits on two threads."""

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "local-training.md"
 
 
@@ -18,6 +20,7 @@ def test_the_guide_has_a_block_per_depth():
         assert name in text
 
 
+@pytest.mark.slow
 def test_the_guides_code_runs(tmp_path):
     script = "\n\n".join(blocks()) + "\nprint('DOCS OK')\n"
     (tmp_path / "guide.py").write_text(script)

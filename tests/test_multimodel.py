@@ -193,6 +193,7 @@ def test_T5_gain_on_hand_made_curves():
     assert G.gain(9, 50, 117) == pytest.approx(3.846154, abs=1e-6) and G.gain(2, 100, 142) == pytest.approx(1.408451, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_T5_gain_in_a_run_against_a_sequential_run():
     """MFA-RR (M = 2, E = 5, eta 0.1) reaches gap <= -2.5 for both models in 170 rounds; the
     sequential baseline needs T_1 = 171 rounds per model (spec section 5): gain 2 x 171 / 170."""

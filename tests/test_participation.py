@@ -37,6 +37,7 @@ def test_t3_full_participation():
     assert delay_metrics([list(range(5))] * 8, 5)["tau_max"] == 0
 
 
+@pytest.mark.slow
 def test_t4_reshuffled_cyclic_bound_reached():
     rng = np.random.default_rng(0)
     worst = 0
@@ -92,6 +93,7 @@ def test_offline_mid_round_is_dropped(run_in, tmp_path):
     assert res.summary["grad_steps_computed"] == 4 + 8 and res.summary["grad_steps_skipped"] == 2
 
 
+@pytest.mark.slow
 def test_mostly_offline_fleet_does_not_spin(run_in):
     """10,000 clients online ~1 % of the time (exponential on 50 s / off 4,950 s); 5 per round,
     1 s of compute each. Events are bounded by what the participants do, whatever the fleet's

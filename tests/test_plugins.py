@@ -89,6 +89,7 @@ def same_run(metrics: pd.DataFrame, reference: pd.DataFrame):
 
 
 @pytest.mark.parametrize("how", ["plugins:", "--plugin"])
+@pytest.mark.slow
 def test_cli_runs_a_plugin_algorithm_and_replays_from_elsewhere(tmp_path, reference, how):
     f = plugin_scenario(tmp_path, named_in_file=how == "plugins:")
     other = tmp_path / "elsewhere"
@@ -239,6 +240,7 @@ def test_sweep_with_two_workers_runs_plugins_named_both_ways(tmp_path, reference
         assert len(cfg["plugins"]) == 2 and all(Path(p).is_absolute() for p in cfg["plugins"])
 
 
+@pytest.mark.slow
 def test_ray_sweep_ships_the_plugins_with_its_tasks(tmp_path, reference, monkeypatch):
     """A sweep on a real local Ray instance, one variant per way in: the base's plugins:, a
     file given on the command line, and a module (a package on the driver's path only). The

@@ -92,6 +92,7 @@ def wait_for(path: Path, text: str, proc, timeout: float = 120.0) -> None:
     raise AssertionError(f"no '{text}' in {path} after {timeout} s")
 
 
+@pytest.mark.slow
 def test_a_sweep_survives_losing_a_worker_node_mid_run(tmp_path):
     pytest.importorskip("ray")
     if not RAY.exists():

@@ -198,6 +198,7 @@ def test_no_path_from_the_run_directory_when_only_the_root_holds_both(tmp_path):
     assert sc.inputs.files["workload.dataset.path"].file == str(d / "data" / "blobs.npz")
 
 
+@pytest.mark.slow
 def test_a_changed_module_plugin_is_found_without_importing_it_and_refused(tmp_path):
     """A module plugin (`plugins: [algos_mod]`, beside the scenario): a fresh process replaying
     the moved study finds the module's file without importing it, and refuses it changed."""

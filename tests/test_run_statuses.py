@@ -80,6 +80,7 @@ def test_a_failed_invariant_keeps_the_run_invalid_exit_4(tmp_path, monkeypatch):
     assert len(pd.read_csv(out / "metrics.csv")) == 4
 
 
+@pytest.mark.slow
 def test_compare_and_report_leave_out_empty_and_failed_runs_saying_why(tmp_path):
     runs = tmp_path / "runs"
     assert cli("run", write(tmp_path, tiny(), "ok"), "--out", runs / "ok", "-q")[0] == 0

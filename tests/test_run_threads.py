@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from emulator import sweep as sw
@@ -41,6 +42,7 @@ def metrics(d: Path) -> pd.DataFrame:
     return pd.read_csv(d / "metrics.csv").drop(columns="wall_time")
 
 
+@pytest.mark.slow
 def test_run_and_one_run_sweep_resolve_the_same_threads_and_numbers(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(scenario()))
@@ -55,6 +57,7 @@ def test_run_and_one_run_sweep_resolve_the_same_threads_and_numbers(tmp_path):
     pd.testing.assert_frame_equal(metrics(tmp_path / "run"), metrics(swept), check_exact=True)
 
 
+@pytest.mark.slow
 def test_a_replay_uses_the_recorded_threads_and_reproduces_metrics(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(scenario()))

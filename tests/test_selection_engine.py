@@ -198,6 +198,7 @@ def test_probing_is_refused_under_intervals_and_rpow_runs_there():
 
 
 # ----------------------------------------------------------------------------- fedcs and checks
+@pytest.mark.slow
 def test_fedcs_without_a_deadline_exits_2_and_writes_nothing(tmp_path):
     sc = two_speed(**{"protocol.select": {"model": "fedcs", "fraction_candidates": 1.0}})
     f = tmp_path / "s.yaml"
@@ -244,6 +245,7 @@ def test_a_selection_outside_the_available_clients_is_a_contract_error():
 
 
 # ----------------------------------------------------------------------------- a plugin in a sweep
+@pytest.mark.slow
 def test_a_plugin_selector_runs_in_a_local_sweep(tmp_path):
     """examples/fast_first.py via `plugins:` in a sweep's base: every run selects, each round,
     the k available clients with the shortest expected round (the fast group), and its

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 from emulator import sweep as sw
@@ -75,6 +76,7 @@ def test_the_page_shows_the_committed_results_file():
     assert (r["runs"] == 3).all() and (r["failed"] == 0).all()
 
 
+@pytest.mark.slow
 def test_a_miniature_of_the_study_reports_the_shares_clients_csv_holds(tmp_path):
     """Two variants, one seed, 25 s of virtual time: the results table's slow share of the
     selections and of the aggregated weight equal those counted from each run's clients.csv."""

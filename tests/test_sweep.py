@@ -192,6 +192,7 @@ def test_half_written_run_directory_is_not_taken_for_finished(tmp_path):
     assert not any(p.name.startswith(".") for p in (spec.dir / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_ray_and_local_backends_give_identical_summaries(tmp_path):
     pytest.importorskip("ray")
     d = spec_dict(tmp_path / "local", seeds=1, grid={})
@@ -214,6 +215,7 @@ def _events(root):
     return [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_runs_every_run_exactly_once(tmp_path):
     base = tiny(**{"run.rounds": 12, "clients.count": 10})
     sweep_file = tmp_path / "sweep.yaml"

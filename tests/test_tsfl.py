@@ -88,6 +88,7 @@ def within(x, p, n, k=4.5):
     return abs(x - p) <= k * math.sqrt(p * (1 - p) / n)
 
 
+@pytest.mark.slow
 def test_t6_bernoulli_frequencies():
     dms = make_dms()
     tau = [1, 2, 3, 6]
@@ -108,6 +109,7 @@ def test_t6_bernoulli_frequencies():
     assert within(keep1, 0.625, 10 * len(S)) and all(set(range(10, 20)) <= set(s) for s in S)
 
 
+@pytest.mark.slow
 def test_t6_case2_keep_rates():
     """Case 2 (quarters tau = 1, 2, 3, 4): K = 2.5, H = 4, P = .375, .125, 0, 0, so the keep
     rates are 0.625 / 0.875 / 1 / 1 and E|S| = 17.5 (docs/algorithms/tsfl.md 4.2 facts, T6). 40,000
@@ -133,6 +135,7 @@ def test_t6_case2_keep_rates():
     assert sizes.var() == pytest.approx(var_S, rel=0.05)
 
 
+@pytest.mark.slow
 def test_t7_survivors_never_empty():
     dms = make_dms(2)
     rng = np.random.default_rng(3)
@@ -208,6 +211,7 @@ def test_t19_zero_tau_modes():
     assert 0 < np.mean(info["include"]) < 1                   # include: the zero client is a coin flip
 
 
+@pytest.mark.slow
 def test_t12_case3_keep_rates():
     """Case 3 tau process (iterations model, std reading) through DMS: keep rates per group."""
     from devices.compute import IterationsCompute
@@ -223,6 +227,7 @@ def test_t12_case3_keep_rates():
     assert np.allclose(kept / (5 * n), [0.734, 0.899, 0.978, 0.995], atol=0.01)
 
 
+@pytest.mark.slow
 def test_t12_case3_sampler():
     """floor(N(m, s)) of the iterations compute model, std reading (docs/algorithms/tsfl.md 6.3, T12): 100,000
     draws per group. Group 1: P(1) = P(2) = 0.4938 +- 0.007, P(0) = P(3) = 0.0062 +- 0.002; group
@@ -526,6 +531,7 @@ def guard_sensitive_cases():
     return [(d, t) for d in GUARD_DELTAS for t in range(1, 50) if t * (d / t) > d]
 
 
+@pytest.mark.slow
 def test_t11_float_guard_exact_tau(guard_runs, monkeypatch, run_in):
     """c = delta/tau, d = u = 0, tau in 1..49, delta in {1, .3, .7, 3.3, 7, 10}: exactly tau
     iterations (T11). The check is sensitive: on the cases listed by guard_sensitive_cases the
@@ -550,6 +556,7 @@ def test_t11_float_guard_exact_tau(guard_runs, monkeypatch, run_in):
     assert [int(c.loc[t - 1, "steps"]) for t in lost] == [t - 1 for t in lost]
 
 
+@pytest.mark.slow
 def test_t11_float_guard_uploads_delivered(guard_runs):
     """The tau fitted under the guard is also delivered: every client is in U^t, weight 1/49."""
     bad = {d: [int(i) + 1 for i in c.index[(c["drop_reason"] != "") | (c["weight"] <= 0)]]
@@ -853,6 +860,7 @@ def case3_scenario(rounds=40, redraw="per_interval", algo="fedavg"):
     return sc
 
 
+@pytest.mark.slow
 def test_case3_time_varying_data_and_tau(run_in):
     res = run_in(case3_scenario())
     c = pd.read_csv(res.run_dir / "clients.csv")

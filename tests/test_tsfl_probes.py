@@ -45,6 +45,7 @@ def test_T20_secant_curvature_of_a_1d_quadratic_is_exact():
     assert torch.equal(plain.params, res.params)
 
 
+@pytest.mark.slow
 def test_T20_sigma2_is_unbiased_for_the_gradient_noise():
     rng = np.random.default_rng(0)
     d, v = 10, 0.8

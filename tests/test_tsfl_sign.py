@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # every test here reads the module fixture r: four runs of the bound
+
 sp = pytest.importorskip("sympy")
 _path = Path(__file__).resolve().parents[1] / "docs" / "tsfl_sign.py"
 _spec = importlib.util.spec_from_file_location("tsfl_sign", _path)

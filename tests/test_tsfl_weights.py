@@ -176,6 +176,7 @@ def test_paper_scenarios_default_to_mild_fixed_constants(name, eta):
 
 
 # --------------------------------------------------------------------------- the sign of Eq.(6)
+@pytest.mark.slow
 def test_sign_of_eq6_from_theorem1():
     """docs/tsfl_sign.py: differentiating Theorem 1's bound gives Eq.(4) with the (A Gamma + C tau)
     term's sign flipped, hence rho_i - rho_j = -s (tau_i - tau_j); the bound grows along Eq.(6)'s

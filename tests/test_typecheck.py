@@ -17,6 +17,7 @@ def mypy(*paths):
     return subprocess.run([sys.executable, "-m", "mypy", *map(str, paths)], cwd=ROOT, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_api_and_examples_type_check():
     assert (ROOT / "emulator" / "py.typed").exists()
     r = mypy("emulator/api.py", "examples/")

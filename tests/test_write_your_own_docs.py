@@ -18,6 +18,7 @@ def python_blocks(text: str) -> list:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
+@pytest.mark.slow
 def test_guide_python_blocks_run(tmp_path, monkeypatch):
     blocks = python_blocks(DOC.read_text())
     assert len(blocks) >= 8

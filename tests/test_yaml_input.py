@@ -82,6 +82,7 @@ def test_set_overrides_are_read_with_the_same_bounds(tmp_path, monkeypatch):
     assert "--set description" in r.output + r.stderr and "nested more than" in r.output + r.stderr
 
 
+@pytest.mark.slow
 def test_what_yaml_allows_still_loads():
     # anchors, aliases and merge keys within the bounds; a 10^5-value list; a BOM
     text = base_text().replace("name: tiny", "name: tiny\nx-defaults: &d {latency: 0.01}")
