@@ -160,7 +160,7 @@ MUT_selection    := devices/selectors/static.py|tests/test_devices_availability.
   tests/test_devices_availability.py::test_biased_staircase_frequencies tests/test_selection_patterns.py
 MUT_availability := devices/availability.py|tests/test_devices_availability.py
 MUT_network      := devices/network.py|tests/test_devices_network.py tests/test_engine_shared_links.py
-MUT_assignment   := devices/assignment.py|tests/test_multimodel.py
+MUT_assignment   := devices/assignment.py|tests/test_multimodel.py tests/test_assignment.py
 MUT_invariants   := emulator/runs/invariants.py|tests/test_invariants.py
 MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13_fedasync_footnote_rule \
   tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \

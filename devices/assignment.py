@@ -49,7 +49,6 @@ class MfaRand:
     M: int
     K: Optional[int] = None
     allow_unequal: bool = True
-    name: str = "mfa_rand"
 
     def assign(self, t: int, available, rng: np.random.Generator) -> list:
         chosen = sample(available, self.K, rng)                   # pi = permutation of the participants
@@ -64,7 +63,6 @@ class MfaRR:
     K: Optional[int] = None
     allow_unequal: bool = True
     resample: str = "frame"
-    name: str = "mfa_rr"
     groups: list = field(default_factory=list, repr=False)     # S_1..S_M of the current frame
 
     def assign(self, t: int, available, rng: np.random.Generator) -> list:
@@ -86,7 +84,6 @@ class Sequential:
     M: int
     rounds_per_model: int
     K: Optional[int] = None
-    name: str = "sequential"
 
     def active(self, t: int) -> int:
         """The model trained in round t (0-based); M when every model has had its rounds."""
