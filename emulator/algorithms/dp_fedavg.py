@@ -76,7 +76,7 @@ class DPFedAvg(FedAvg, cohort_path=True):
     divides by a fixed denominator."""
 
     name = "dp_fedavg"
-    supports = frozenset({"rounds", "intervals"})
+    supports = frozenset({"rounds"})     # Δ_k is taken from the round's own broadcast (dp.md section 1)
     weights_total = None          # each arrival weighs 1/m: the weights sum to |C_t| / m
 
     def __init__(self, params, ctx):
