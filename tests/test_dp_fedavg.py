@@ -135,6 +135,25 @@ def test_epsilon_per_round_equals_a_direct_call_of_dp_accounting(run_in):
     assert s["dp"]["dp_epsilon_poisson"] == direct_epsilon(0.5, 1.1, 4, 1e-4)
 
 
+def test_adaptive_clipping_accounts_the_total_multiplier_and_pld_matches_the_library(run_in):
+    """With adaptive clipping the accountant reads z (the pair's multiplier, dp.md Eq. 2.4),
+    not z_Δ; `pld: true` adds the final epsilon of the library's PLD accountant."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant as pld
+    r = run_in(dp_scenario(adaptive={"bit_noise": 1.0}, pld=True))
+    m = r.metrics[r.metrics["round"] > 0]
+    assert m["dp_epsilon_poisson"].iloc[-1] == direct_epsilon(0.5, 1.1, 4, 1e-4)
+    assert m["dp_clip"].nunique() == 4                                 # the norm moves every round
+    want = {}
+    for key, event in (("pld_epsilon_poisson", dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(1.1))),
+                       ("pld_epsilon_noamp", dp_event.GaussianDpEvent(1.1))):
+        acc = pld.PLDAccountant()
+        acc.compose(event, 4)
+        want[key] = acc.get_epsilon(1e-4)
+    assert {k: r.summary["dp"][k] for k in want} == want
+    assert want["pld_epsilon_poisson"] < m["dp_epsilon_poisson"].iloc[-1]     # PLD is the tighter
+
+
 def test_records_give_the_clip_norms_and_the_clients_norms(run_in):
     """clients.csv's dp_update_norm of the aggregated clients; dp_clipped counts those above dp_clip."""
     r = run_in(dp_scenario(clip=0.3))

@@ -47,6 +47,8 @@ class DPFedAvgParams(FedAvgParams):
                              "(not what the accounting assumes)")
     delta: float = Field(1e-5, gt=0, lt=1, description="delta at which epsilon is reported")
     adaptive: Optional[AdaptiveClipParams] = Field(None, description="adaptive clipping (Andrew et al. 2021)")
+    pld: bool = Field(False, description="also the final epsilon by the PLD accountant in summary.json "
+                                         "(seconds of compute at the end of the run)")
 
     def bit_noise(self) -> float:
         a = self.adaptive
@@ -139,7 +141,8 @@ class DPFedAvg(FedAvg, cohort_path=True):
                        "clients_per_round": self.m, "clip_norm_initial": p.clip, "clip_norm_final": self.clip_norm,
                        "rounds_accounted": self.ledgers.rounds,
                        "dp_epsilon_poisson": self.last.get("dp_epsilon_poisson", 0.0),
-                       "dp_epsilon_noamp": self.last.get("dp_epsilon_noamp", 0.0)}}
+                       "dp_epsilon_noamp": self.last.get("dp_epsilon_noamp", 0.0),
+                       **(self.ledgers.pld() if p.pld else {})}}
 
 
 register("algorithm", "dp_fedavg", DPFedAvgParams,

@@ -46,6 +46,22 @@ class PrivacyLedgers:
         self.noamp = EpsilonLedger(1.0, noise_multiplier, delta)
         self.rounds = 0
 
+    def pld(self) -> dict:
+        """epsilon after the rounds so far by the library's PLD accountant (tighter than RDP,
+        seconds of compute: once, for summary.json; dp.md section 3)."""
+        from dp_accounting import dp_event
+        from dp_accounting.pld import pld_privacy_accountant as pld
+        out = {}
+        for key, ledger in (("pld_epsilon_poisson", self.poisson), ("pld_epsilon_noamp", self.noamp)):
+            if self.rounds == 0 or ledger.z <= 0:
+                out[key] = 0.0 if self.rounds == 0 else math.inf
+                continue
+            g = dp_event.GaussianDpEvent(ledger.z)
+            acc = pld.PLDAccountant()
+            acc.compose(g if ledger.q >= 1 else dp_event.PoissonSampledDpEvent(ledger.q, g), self.rounds)
+            out[key] = float(acc.get_epsilon(ledger.delta))
+        return out
+
     def step(self) -> dict:
         """One more aggregation: the metrics.csv columns after it."""
         self.rounds += 1
