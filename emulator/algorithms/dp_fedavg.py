@@ -83,8 +83,6 @@ class DPFedAvg(FedAvg, cohort_path=True):
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
-        if ctx.streams is None:
-            raise ValueError("dp_fedavg draws its noise from the run's keyed streams: AlgoContext.streams is needed")
         p = params
         self.m = p.clients_per_round
         self.clip_norm = float(p.clip)                                  # S_t
@@ -109,6 +107,8 @@ class DPFedAvg(FedAvg, cohort_path=True):
             n = float(torch.linalg.vector_norm(d))
             total.add_(d, alpha=min(1.0, S / n) if n > 0 else 1.0)     # Σ Δ'_k (Eq. 1.1)
             norms.append(n)
+        if self.ctx.streams is None:
+            raise ValueError("dp_fedavg draws its noise from the run's keyed streams: AlgoContext.streams is needed")
         g = self.ctx.streams.keyed("dp_aggregate", self.ctx.task, t)
         noise = torch.from_numpy(g.standard_normal(self.ctx.dim)).to(total)
         total.add_(noise, alpha=self.z_update * S)                     # + N(0, (z_Δ S)² I) (Eq. 1.2)
