@@ -2,6 +2,7 @@
 from .scenario import fleet  # noqa: F401  devices: compute, availability, network, selection
 from .algorithms import fedasync, fedavg, fedprox, tsfl  # noqa: F401
 from .algorithms import fedau, fedavg_active, fedawe, fedsum, scaffold, stored_updates  # noqa: F401
+from .algorithms import dp_fedavg, dp_sgd  # noqa: F401
 from .compute import batched, executor  # noqa: F401
 from .sim.protocols import asynchronous, intervals, multi_model, rounds  # noqa: F401
 from .workloads import datasets, models, partitions  # noqa: F401

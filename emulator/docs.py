@@ -104,6 +104,7 @@ def top_level() -> str:
               "network.compression": "CompressionParams", "network.server_link": "ServerLinkParams",
               "network.topology": "TopologyParams", "network.topology.links[]": "TopologyLink",
               "output": "Output", "evaluation": "Evaluation"}
+    nested["secure_aggregation"] = "SecureAggregationParams"
     models = _nested_models(S)
     for path, cls in nested.items():
         m = models.get(cls)

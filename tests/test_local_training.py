@@ -23,7 +23,7 @@ from emulator.compute.executor import SequentialExecutor
 from emulator.compute.flat import FlatModel
 from emulator.compute.jobs import LocalSpec, TrainJob
 from emulator.compute.lazy import resolve
-from emulator.compute.pieces import ClipNorm, ClipPerSample, GaussianNoise, LossTerm, ProxTerm
+from emulator.compute.pieces import ClipNorm, ClipPerSample, DPGaussianNoise, GaussianNoise, LossTerm, ProxTerm
 from emulator.compute.training import LocalRule, OptimizerRule, TrainFunction
 from emulator.errors import ContractError
 from emulator.registry import register
@@ -224,11 +224,10 @@ def test_a_pending_state_vector_is_a_job_input_and_stays_lazy():
 def test_dp_noise_std_is_sigma_c_over_b():
     """One step at lr 1: sigma > 0 minus sigma = 0 is -(sigma C / B) z, z ~ N(0, I) (4 clients x
     650 coordinates; the std's standard error is 1.4 %)."""
-    dp = example("dp_fedavg")
     sigma, C, B = 1.5, 0.1, 8
     out = []
     for s in (sigma, 0.0):
-        rule = LocalRule(lr=1.0, per_sample=(ClipPerSample(C),), transforms=(dp.DPGaussianNoise(s, C),))
+        rule = LocalRule(lr=1.0, per_sample=(ClipPerSample(C),), transforms=(DPGaussianNoise(s, C),))
         ex, net = make_executor(BatchedExecutor)
         w0 = net.initial_vector()
         out.append(torch.cat([r.params for r in resolve([ex.submit(TrainJob(0, c, 1, 1, LocalSpec(w0, rule), B))
@@ -363,23 +362,21 @@ def test_grad_clip_batched_equals_sequential_run(run_in):
 
 
 # ------------------------------------------------------------------ the example plugins
-def test_dp_fedavg_without_noise_and_clip_is_fedavg(run_in):
-    example("dp_fedavg")
+def test_dp_sgd_without_noise_and_clip_is_fedavg(run_in):
     sc = tiny(**{"executor": {"name": "batched", "dtype": "float64"}})
-    sc["algorithm"] = {"name": "dp_fedavg", "lr": 0.1, "noise_multiplier": 0.0, "clip": 1e6}
+    sc["algorithm"] = {"name": "dp_sgd", "lr": 0.1, "noise_multiplier": 0.0, "clip": 1e6}
     dp = run_in(sc, name="dp")
     sc["algorithm"] = {"name": "fedavg", "lr": 0.1}
     ref = run_in(sc, name="ref")
     np.testing.assert_allclose(dp.metrics["test_loss"], ref.metrics["test_loss"], rtol=1e-10)
     np.testing.assert_allclose(np.load(dp.run_dir / "model.npy"), np.load(ref.run_dir / "model.npy"), rtol=1e-6)
     assert dp.summary["dp"]["noise_multiplier"] == 0.0 and dp.summary["dp"]["clip_norm"] == 1e6
-    assert "dp_fedavg/local_sgd+ClipPerSample+DPGaussianNoise" in dp.summary["executor_paths"]
+    assert "dp_sgd/local_sgd+ClipPerSample+DPGaussianNoise" in dp.summary["executor_paths"]
 
 
-def test_dp_fedavg_records_its_privacy_parameters_and_is_reproducible(run_in):
-    example("dp_fedavg")
+def test_dp_sgd_records_its_privacy_parameters_and_is_reproducible(run_in):
     sc = tiny(**{"executor": {"name": "sequential", "dtype": "float64"}})
-    sc["algorithm"] = {"name": "dp_fedavg", "lr": 0.1, "noise_multiplier": 1.1, "clip": 0.5}
+    sc["algorithm"] = {"name": "dp_sgd", "lr": 0.1, "noise_multiplier": 1.1, "clip": 0.5}
     a = run_in(sc, name="a")
     sc["executor"]["name"] = "batched"
     b = run_in(sc, name="b")

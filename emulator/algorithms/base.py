@@ -32,6 +32,7 @@ import torch
 
 from .. import registry
 from ..compute.jobs import JobFuture, LocalSpec
+from ..rng import Streams
 from .state import ClientStates
 
 
@@ -44,6 +45,7 @@ class AlgoContext:
     x0: torch.Tensor             # initial global parameters (flat)
     rng: np.random.Generator     # the `algorithm` stream
     states: Optional[ClientStates] = None   # per-client state store (created if not given)
+    streams: Optional[Streams] = None       # the run's named streams, for keyed draws (rng.py)
 
     def __post_init__(self):
         if self.states is None:

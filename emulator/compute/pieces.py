@@ -137,3 +137,16 @@ class GaussianNoise(GradTransform):
 
     def __call__(self, g, ctx):
         return g + self.std * ctx.noise
+
+
+@dataclass(frozen=True)
+class DPGaussianNoise(GradTransform):
+    """DP-SGD's noise (docs/algorithms/dp.md section 4): N(0, (noise_multiplier C)^2) on the sum
+    of the per-sample gradients clipped to C, i.e. g + noise_multiplier C / |B| z on their mean."""
+
+    noise_multiplier: float
+    clip: float
+    needs_noise: ClassVar[bool] = True
+
+    def __call__(self, g, ctx):
+        return g + (self.noise_multiplier * self.clip / ctx.batch_size) * ctx.noise

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from .. import registry
+from .secure_aggregation import secure_aggregation_problems
 from .selection_params import selection_problems
 from .validation_errors import explain
 
@@ -56,6 +57,7 @@ def cross_check(sc) -> list:
                                               "(or leave charge: false: the evaluation is then off the clock)"))
     problems += sc.fleet_problems("", registry.FleetSize(sc.clients.count, len(sc.workload_list)))
     problems += selection_problems(sc)
+    problems += secure_aggregation_problems(sc)
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}

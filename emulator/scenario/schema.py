@@ -23,6 +23,7 @@ from pydantic import (BaseModel, BeforeValidator, Discriminator, Field, Tag, Val
 from . import fleet, inputs, yaml_input
 from .inputs import Inputs
 from .evaluation import Evaluation
+from .secure_aggregation import SecureAggregationParams
 from .. import registry
 from .names import check_name
 from ..errors import ScenarioError
@@ -255,6 +256,7 @@ def _build_schema() -> type:
         callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")
         network: NetworkSettings = Field(default_factory=NetworkSettings)
         output: Output = Field(default_factory=Output)
+        secure_aggregation: Optional[SecureAggregationParams] = Field(None, description="secure aggregation's extra messages and round trips (SecAgg, SecAgg+; docs/algorithms/secagg.md); absent: none")
         inputs: Optional[Inputs] = Field(None, description="written by flemu into config.yaml: the files the run read (data, traces, plugins) with their SHA-256, checked by a replay (docs/reliability.md)")
 
         @model_validator(mode="after")

@@ -105,7 +105,8 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
                 torch.as_tensor(data.y_train, device=device)))
     algo_cls = registry.get("algorithm", algo_spec.name).factory
     algo = algo_cls(algo_spec, AlgoContext(task=index, dim=net.dim, num_clients=N, client_sizes=sizes,
-                                           x0=net.initial_vector(), rng=streams.generator("algorithm", index)))
+                                           x0=net.initial_vector(), rng=streams.generator("algorithm", index),
+                                           streams=streams))
     task = Task(index, data, net, algo, batch, evaluate, sizes, path, net.initial_buffers(), local)
     task.checked = CheckedAlgorithm(task, algo_spec.name)
     return task

@@ -20,6 +20,7 @@ from ..client import State
 from .background import Background
 from ...scenario.selection_params import SelectingProtocol
 from .base import Call, Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .secagg import SecureAggregation
 from .selecting import Selecting
 from .cohort import submit_cohort
 from ..simpy_internals import Driver
@@ -76,6 +77,8 @@ class Rounds(Protocol):
         self.multicast = params.broadcast == "multicast"
         self.last_participants = 0
         self.background = Background(self)
+        sa = world.sc.secure_aggregation        # docs/algorithms/secagg.md
+        self.secagg = None if sa is None else SecureAggregation(sa, world.network)
         why = self.vector_blockers()
         if params.engine == "vector" and why:
             from ...errors import ScenarioError
@@ -126,6 +129,7 @@ class Rounds(Protocol):
         log = self.round_log(t, chosen, avail, every_client=background)
         if background:
             task.algorithm.begin_round(t, chosen, avail)
+        setup = (yield from self.secagg.setup(env, chosen)) if self.secagg is not None else None
         bc = self.broadcast(task, t)
         ids = np.asarray(chosen).tolist()
         unselected = self.unselected(ids, avail) if background else []
@@ -137,9 +141,10 @@ class Rounds(Protocol):
         else:
             items = yield from self.process_round(task, t, ids, steps, log, bc, draws, unselected)
         self.last_participants = len(items)
+        secure = {} if setup is None else (yield from self.secagg.round(self, ids, items, log, setup))
         arrivals, agg = self.aggregate(task, t, items, log)
         self.selecting.observe(t, log, items, arrivals)
-        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols})
+        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols, **secure})
 
     def round_log(self, t: int, chosen, avail, every_client: bool):
         """Round t's log: a row per client, or (`output.clients_csv: participants`, unless
