@@ -100,7 +100,7 @@ def top_level() -> str:
     for name, f in S.model_fields.items():
         lines.append(f"| `{name}` | {_type(f.annotation)} | {_default(f)} | {(f.description or _doc(f)).strip()} |")
     nested = {"workload": "Workload", "clients": "Clients", "clients.groups[]": "Group", "run": "Run",
-              "clients.groups[].energy": "EnergyParams", "network": "NetworkSettings",
+              "clients.groups[].energy": "EnergyParams", "network": "NetworkBlock", "network.codec": "CodecBlock",
               "network.compression": "CompressionParams", "network.server_link": "ServerLinkParams",
               "network.topology": "TopologyParams", "network.topology.links[]": "TopologyLink",
               "output": "Output", "evaluation": "Evaluation"}

@@ -128,6 +128,21 @@ class NetworkSettings(FiniteParams):
     topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
 
 
+def _network_model(T: dict) -> type:
+    """The network block with its codecs, typed with this build's codec union `T`."""
+
+    class CodecBlock(Params):
+        """{up, down}: each direction's codec, a name or {name, ...} (docs/algorithms/compression.md)."""
+        up: Optional[T["CodecSpec"]] = Field(None, description="upload codec (absent: the ratio network.compression.up)")
+        down: Optional[T["CodecSpec"]] = Field(None, description="download codec: none, ratio, fp16 or bf16 (absent: the ratio network.compression.down)")
+
+    class NetworkBlock(NetworkSettings):
+        """Fleet-wide network: message accounting, codecs, shared links."""
+        codec: Optional[CodecBlock] = Field(None, description="{up, down}: codecs that change the values and the bytes (docs/algorithms/compression.md)")
+
+    return NetworkBlock
+
+
 def _check_group_sizes(groups, count):
     """Every group has a fraction (summing to 1) or every group a count (summing to
     clients.count); group names are distinct."""
@@ -235,7 +250,7 @@ def _clients_model(T: dict) -> type:
 def _build_schema() -> type:
     """The Scenario model of the registries as they are now."""
     T = _unions()
-    Workload, Clients = _workload_model(T), _clients_model(T)
+    Workload, Clients, Network = _workload_model(T), _clients_model(T), _network_model(T)
 
     class Scenario(Params):
         """A flemu scenario."""
@@ -253,7 +268,7 @@ def _build_schema() -> type:
         executor: T["ExecutorSpec"] = Field(default_factory=lambda: member("executor", "sequential"), description="executor block")
         plugins: Optional[list[str]] = Field(None, description="Python files (relative to this file) or modules imported before validation: they register your own components (recorded with absolute paths)")
         callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")
-        network: NetworkSettings = Field(default_factory=NetworkSettings)
+        network: Network = Field(default_factory=Network)
         output: Output = Field(default_factory=Output)
         inputs: Optional[Inputs] = Field(None, description="written by flemu into config.yaml: the files the run read (data, traces, plugins) with their SHA-256, checked by a replay (docs/reliability.md)")
 
