@@ -75,4 +75,4 @@ class SparseParams(Params):
         return self
 
 
-registry.extension_point("codec", Codec, functions=False)
+registry.extension_point("codec", Codec, functions=False)    # a class: the schema reads its declarations
