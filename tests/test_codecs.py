@@ -77,6 +77,22 @@ def test_topk_keeps_exactly_the_k_largest_and_feedback_carries_the_rest():
     assert float(Algo.states.row(f"{RESIDUAL}.0", 1).abs().sum()) == 0      # another client's residual untouched
 
 
+def test_a_clients_draws_are_its_own_whatever_else_was_encoded():
+    # keyed by (codec, model, client, round): the order of the other uploads changes nothing
+    class Algo:
+        up_reference = "zero"
+        states = ClientStates(4, 40, torch.device("cpu"), torch.float32)
+
+    u = {c: torch.randn(40, generator=torch.Generator().manual_seed(c)) for c in range(4)}
+    seen = []
+    for order in ([0, 1, 2, 3], [3, 1, 0]):
+        enc = UploadEncoding(codec("qsgd", s=2, bucket=8), Algo, Streams(5), 0)
+        seen.append({c: enc.encode(c, 4, [u[c]], None)[0] for c in order})
+    assert all(torch.equal(seen[0][c], seen[1][c]) for c in (0, 1, 3))
+    enc = UploadEncoding(codec("qsgd", s=2, bucket=8), Algo, Streams(5), 0)
+    assert not torch.equal(enc.encode(1, 5, [u[1]], None)[0], seen[0][1])    # another round, other draws
+
+
 def test_randk_without_feedback_is_unbiased_and_signsgd_is_the_scaled_sign():
     v = torch.tensor([3.0, -1.0, 0.5, 0.0, -2.5, 1.0, 4.0, -0.5])
     rk = codec("randk", k=2, error_feedback=False)
@@ -145,12 +161,15 @@ def test_fp16_changes_training_and_ratio_does_not(tmp_path):
     assert (m16.codec_error > 0).all() and (m16.codec_error < 2 ** -10).all()
 
 
-@pytest.mark.parametrize("up", [{"name": "topk", "fraction": 0.05}, {"name": "qsgd", "s": 3}])
-def test_encoded_runs_are_the_same_bits_on_both_engines_and_close_across_executors(tmp_path, up):
+@pytest.mark.parametrize("up,algo", [({"name": "topk", "fraction": 0.05}, "fedavg"), ({"name": "qsgd", "s": 3}, "fedavg"),
+                                     ({"name": "randk", "k": 30}, "scaffold")])
+def test_encoded_runs_are_the_same_bits_on_both_engines_and_close_across_executors(tmp_path, up, algo):
+    # fedavg: cohorts (Rows); scaffold: client by client, two vectors per upload, relative to zero
     runs = {}
     for name, over in (("process", {"protocol.engine": "process"}), ("vector", {"protocol.engine": "vector"}),
                        ("batched", {"protocol.engine": "vector", "executor": {"name": "batched"}})):
-        d = run_dir(tiny(**{"network.codec": {"up": up}, "run.rounds": 4, **over}), tmp_path, name)
+        sc = tiny(**{"network.codec": {"up": up}, "run.rounds": 4, "algorithm": {"name": algo, "lr": 0.1}, **over})
+        d = run_dir(sc, tmp_path, name)
         runs[name] = (pd.read_csv(d / "metrics.csv").drop(columns=["wall_time"]), np.load(d / "model.npy"))
     assert json.load(open(tmp_path / "vector" / "summary.json"))["engine"] == "vector"
     pd.testing.assert_frame_equal(runs["process"][0], runs["vector"][0])
