@@ -51,7 +51,7 @@ def test_qsgd_is_unbiased_within_the_papers_variance():
     # the mean of M independent encodings: E||mean - v||^2 = Var/M <= bound/M (x 3: a fixed seed's margin)
     assert float(((draws.mean(0) - v) ** 2).sum()) <= 3 * err2 / M
     levels = (draws / torch.stack([b.norm().float().double().expand(32) for b in v.split(32)]).reshape(-1) * 2)
-    assert torch.allclose(levels, levels.round(), atol=1e-9)   # s levels of the fp32 norm
+    assert torch.allclose(levels, levels.round(), rtol=0, atol=1e-9)   # s levels of the fp32 norm
 
 
 def test_topk_keeps_exactly_the_k_largest_and_feedback_carries_the_rest():
