@@ -178,14 +178,18 @@ def test_encoded_runs_are_the_same_bits_on_both_engines_and_close_across_executo
 
 
 def test_a_late_upload_is_never_encoded_and_its_residual_is_left_as_it_was(tmp_path):
-    # the slow group's uploads (5 steps of 1 s) miss every 2 s deadline: their residuals are never written
+    # SCAFFOLD, client by client: the slow group trains, forms its upload (2 x 20 entries: 320 bytes)
+    # and sends it over 0.001 Mbit/s (2.56 s), missing every 1 s deadline; its residuals are never written
     sc = two_links(**{"network.codec": {"up": {"name": "topk", "k": 20}}, "run.rounds": 3,
-                      "protocol.wait": {"mode": "deadline", "seconds": 2.0}})
-    sc["clients"]["groups"][1]["compute"]["step_time"] = 1.0
+                      "algorithm": {"name": "scaffold", "lr": 0.1}, "protocol.engine": "process",
+                      "protocol.wait": {"mode": "deadline", "seconds": 1.0}})
+    sc["clients"]["groups"][1]["network"]["up_mbps"] = 0.001
     d = run_dir(sc, tmp_path, "late")
     c = pd.read_csv(d / "clients.csv")
-    assert (c[c.client >= 4].weight == 0).all() and (c[c.client < 4].weight > 0).all()
-    assert json.load(open(d / "summary.json"))["client_state_rows"] == {f"{RESIDUAL}.0": 4}
+    slow, fast = c[c.client >= 4], c[c.client < 4]
+    assert (slow.steps == 5).all() and (slow.weight == 0).all() and (fast.weight > 0).all()
+    rows = json.load(open(d / "summary.json"))["client_state_rows"]
+    assert rows[f"{RESIDUAL}.0"] == rows[f"{RESIDUAL}.1"] == 4
 
 
 # ----------------------------------------------------------------------------- boundaries
