@@ -161,6 +161,15 @@ def test_fp16_changes_training_and_ratio_does_not(tmp_path):
     assert (m16.codec_error > 0).all() and (m16.codec_error < 2 ** -10).all()
 
 
+def test_a_cast_download_is_what_the_clients_train_from(tmp_path):
+    x = np.load(run_dir(tiny(), tmp_path, "plain") / "model.npy")
+    d = run_dir(tiny(**{"network.codec": {"down": "bf16"}}), tmp_path, "bf16")
+    assert not np.array_equal(x, np.load(d / "model.npy"))
+    c = pd.read_csv(d / "clients.csv").query("selected")
+    assert set(c.bytes_down) == {2 * 650} and set(c.bytes_up) == {4 * 650}
+    assert "codec_error" not in pd.read_csv(d / "metrics.csv")             # the upload is not encoded
+
+
 @pytest.mark.parametrize("up,algo", [({"name": "topk", "fraction": 0.05}, "fedavg"), ({"name": "qsgd", "s": 3}, "fedavg"),
                                      ({"name": "randk", "k": 30}, "scaffold")])
 def test_encoded_runs_are_the_same_bits_on_both_engines_and_close_across_executors(tmp_path, up, algo):
