@@ -30,6 +30,7 @@ SECTIONS = [  # (YAML path, kind or None, title)
     ("algorithm", "algorithm", "Algorithms"),
     ("executor", "executor", "Executors"),
     ("callbacks[]", "callback", "Run callbacks"),
+    ("network.codec.up", "codec", "Message codecs (also `network.codec.down`)"),
 ]
 
 

@@ -123,7 +123,7 @@ class NetworkSettings(FiniteParams):
     """Fleet-wide network: message accounting, shared links."""
     bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
     overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
-    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
+    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes; values untouched (the codec `ratio`; network.codec for codecs that change values)")
     server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
     topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
 
