@@ -37,7 +37,6 @@ class Codec(ABC):
 
     def __init__(self, params: Params):
         self.p = params
-        self.stateful = bool(getattr(params, "error_feedback", False))
 
     @abstractmethod
     def wire_bytes(self, numel: int, bytes_per_param: int) -> int:
@@ -54,6 +53,14 @@ class Codec(ABC):
         p = u + residual
         c = self.encode(p, rng)
         return c, p, p - c
+
+
+class FeedbackCodec(Codec):
+    """A codec whose params declare `error_feedback`: stateful when it is on."""
+
+    def __init__(self, params: Params):
+        super().__init__(params)
+        self.stateful = bool(params.error_feedback)
 
 
 def count(p, numel: int) -> int:

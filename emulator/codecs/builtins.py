@@ -11,7 +11,7 @@ from pydantic import Field
 from devices.network import message_bytes
 
 from ..registry import Params, register
-from .base import Codec, SparseParams, count
+from .base import Codec, FeedbackCodec, SparseParams, count
 
 
 class NoCodec(Codec):
@@ -99,7 +99,7 @@ def _fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32).to(x.dtype)
 
 
-class TopK(Codec):
+class TopK(FeedbackCodec):
     """Top-k (Stich et al. 2018): the k largest magnitudes with their indices; error feedback by default."""
 
     def wire_bytes(self, numel, bytes_per_param):
@@ -114,7 +114,7 @@ class TopK(Codec):
         return out.reshape(v.shape)
 
 
-class RandK(Codec):
+class RandK(FeedbackCodec):
     """Rand-k: k entries at indices drawn from the client's stream (a 64-bit seed on the wire)."""
 
     def wire_bytes(self, numel, bytes_per_param):
@@ -135,7 +135,7 @@ class SignParams(Params):
     error_feedback: bool = Field(True, description="keep what is not sent and add it to the next upload (Karimireddy et al. 2019)")
 
 
-class SignSGD(Codec):
+class SignSGD(FeedbackCodec):
     """Scaled sign (Karimireddy et al. 2019): ||p||_1/n x sign(p), one bit a value; error feedback by default."""
 
     def wire_bytes(self, numel, bytes_per_param):
