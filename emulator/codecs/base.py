@@ -2,8 +2,8 @@
 
 A codec maps a client's flat message to the values the receiver sees (`encode`) and gives the
 exact bytes of one message from its length alone (`wire_bytes`), so transfer times are known
-before any job runs. Error feedback (compression.md 1.2) is the base's, not each codec's:
-`with_feedback` adds the residual `e` to the update, encodes, and returns the new residual.
+before any job runs. Error feedback (compression.md 1.2) is the engine's, not each codec's:
+a `stateful` codec encodes the update plus its client's residual (codecs/encoding.py).
 
 Declared, never discovered:
 - `changes_values`: whether `encode` may change the values (False: `none`, `ratio`);
@@ -47,12 +47,6 @@ class Codec(ABC):
     def encode(self, v: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         """The values the receiver decodes from flat `v` (same shape and dtype); random draws
         only from `rng` (the client's keyed stream of this message)."""
-
-    def with_feedback(self, u: torch.Tensor, residual: torch.Tensor, rng: np.random.Generator) -> tuple:
-        """Error feedback (compression.md 1.2): p = u + e, c = C(p), e <- p - c. Returns (c, p, e)."""
-        p = u + residual
-        c = self.encode(p, rng)
-        return c, p, p - c
 
 
 class FeedbackCodec(Codec):

@@ -79,15 +79,12 @@ class UploadEncoding:
         u = torch.cat([p.reshape(-1) for p in parts])
         rng = self.streams.keyed("codec", self.task, client, t)
         states = self.algo.states
+        p = u                        # error feedback (compression.md 1.2): p = u + e, c = C(p), e <- p - c
         if self.codec.stateful:
-            e = torch.cat([states.row(f"{RESIDUAL}.{j}", client).reshape(-1) for j in range(len(vectors))])
-            c, p, e = self.codec.with_feedback(u, e, rng)
-        else:
-            p = u
-            c = self.codec.encode(u, rng)
-        c = boundary.decoded(self.codec, u, c, "up", t, client)
+            p = u + torch.cat([states.row(f"{RESIDUAL}.{j}", client).reshape(-1) for j in range(len(vectors))])
+        c = boundary.decoded(self.codec, p, self.codec.encode(p, rng), "up", t, client)
         if self.codec.stateful:
-            for j, row in enumerate(e.split([v.numel() for v in vectors])):
+            for j, row in enumerate((p - c).split([v.numel() for v in vectors])):
                 states.put(f"{RESIDUAL}.{j}", client, row)
         norm = float(p.double().norm())
         self.errors.append(float((c - p).double().norm()) / norm if norm > 0 else 0.0)
