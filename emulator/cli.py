@@ -125,7 +125,7 @@ def validate(file: Path = typer.Argument(..., help="scenario YAML"),
 
 @app.command("list")
 def list_(what: Optional[str] = typer.Argument(None, help="algorithms | datasets | partitions | models | "
-                                                         "protocols | devices | executors | selection | callbacks"),
+                                                         "protocols | devices | executors | selection | callbacks | codecs"),
           name: Optional[str] = typer.Argument(None, help="one component: every parameter in full"),
           plugin: List[str] = _plugin_option()):
     """List registered components (yours included) with a one-line description and their

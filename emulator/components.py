@@ -8,3 +8,4 @@ from .sim.protocols import asynchronous, intervals, multi_model, rounds  # noqa:
 from .workloads import datasets, models, partitions  # noqa: F401
 from .algorithms import fedumf  # noqa: F401
 from .runs import callbacks  # noqa: F401  run callbacks: mlflow, tensorboard
+from .codecs import builtins as _codecs  # noqa: F401  message codecs (docs/algorithms/compression.md)

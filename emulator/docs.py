@@ -30,6 +30,7 @@ SECTIONS = [  # (YAML path, kind or None, title)
     ("algorithm", "algorithm", "Algorithms"),
     ("executor", "executor", "Executors"),
     ("callbacks[]", "callback", "Run callbacks"),
+    ("network.codec.up", "codec", "Message codecs (also `network.codec.down`)"),
 ]
 
 
@@ -100,7 +101,7 @@ def top_level() -> str:
     for name, f in S.model_fields.items():
         lines.append(f"| `{name}` | {_type(f.annotation)} | {_default(f)} | {(f.description or _doc(f)).strip()} |")
     nested = {"workload": "Workload", "clients": "Clients", "clients.groups[]": "Group", "run": "Run",
-              "clients.groups[].energy": "EnergyParams", "network": "NetworkSettings",
+              "clients.groups[].energy": "EnergyParams", "network": "NetworkBlock", "network.codec": "CodecBlock",
               "network.compression": "CompressionParams", "network.server_link": "ServerLinkParams",
               "network.topology": "TopologyParams", "network.topology.links[]": "TopologyLink",
               "output": "Output", "evaluation": "Evaluation"}

@@ -11,7 +11,7 @@ from rich.table import Table
 
 GROUPS = {"algorithms": ["algorithm"], "datasets": ["dataset"], "partitions": ["partition"],
           "models": ["model"], "protocols": ["protocol"], "executors": ["executor"],
-          "selection": ["selection"], "callbacks": ["callback"],
+          "selection": ["selection"], "callbacks": ["callback"], "codecs": ["codec"],
           "compute": ["compute"], "availability": ["availability"], "network": ["network"],
           "devices": ["compute", "availability", "network", "selection"]}
 

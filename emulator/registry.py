@@ -84,6 +84,7 @@ KINDS = {
     "selection": "server-side selection (protocol.select.model)",
     "executor": "executors (executor.name)",
     "callback": "run callbacks (callbacks[].name)",
+    "codec": "message codecs (network.codec.up / network.codec.down)",
 }
 
 _TABLES: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}

@@ -20,7 +20,7 @@ from devices.clocks import StepClock
 from devices.compute import RandomStepTime
 from emulator import registry
 from emulator.algorithms.base import Rows
-from emulator.api import (Algorithm, Availability, BackgroundTraining, Callback, ComputeModel, Executor, FedAvg,
+from emulator.api import (Algorithm, Availability, BackgroundTraining, Callback, Codec, ComputeModel, Executor, FedAvg,
                           FixedClock, LinkModel, Params, Protocol, RegistrationError, RoundAvailability,
                           StartsAtZero, register, register_module)
 from emulator.compute.batched import AutoExecutor, BatchedExecutor
@@ -55,6 +55,7 @@ REQUIRED = {
     "compute": (ComputeModel, ("clock",)),
     "availability": (Availability, ("next_online", "online_mask", "online_until")),
     "network": (LinkModel, ("bandwidth_bps", "transfer_times")),
+    "codec": (Codec, ("encode", "wire_bytes")),
 }
 
 

@@ -143,6 +143,11 @@ class Algorithm(ABC):
     #: 1/m). Declared with the class keyword (`selection_weights=True`), like `cohort_path`, and
     #: not inherited: a subclass with its own aggregation does not silently honour them.
     selection_weights: ClassVar[bool] = False
+    #: what the upload's vectors are relative to, for a codec (docs/algorithms/compression.md 1.1):
+    #: "start" (models: the update is taken against the job's start), "zero" (already updates),
+    #: None (not declared: a codec that changes values is refused). Inherited: a subclass that
+    #: changes what it uploads declares it again.
+    up_reference: ClassVar[Optional[str]] = None
 
     def __init_subclass__(cls, cohort_path: bool = False, selection_weights: bool = False, **kw):
         super().__init_subclass__(**kw)

@@ -59,6 +59,7 @@ class FedAsyncParams(Params):
 class FedAsync(Algorithm, VersionedModel):
     """Declares `VersionedModel`: `version` counts the updates applied (what `async` reads)."""
 
+    up_reference = "start"        # uploads the trained model (docs/algorithms/compression.md 1.1)
     name = "fedasync"
     supports = frozenset({"async"})
     weights_total = None        # alpha_k are mixing weights, not a simplex

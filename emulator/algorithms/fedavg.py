@@ -36,6 +36,7 @@ class FedAvg(Algorithm, cohort_path=True, selection_weights=True):
     (`Algorithm.cohort_path`: it is not inherited)."""
 
     name = "fedavg"
+    up_reference = "start"        # uploads w^k_{t+1} (docs/algorithms/compression.md 1.1)
     supports = frozenset({"rounds", "intervals", "multi_model"})
 
     def lr(self, t: int) -> float:

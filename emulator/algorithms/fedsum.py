@@ -57,6 +57,7 @@ class _FedSumFamily(Scheduled):
     supports = frozenset({"rounds"})
     weights_total = None          # a merged client's weight is its 1/N share of y (Eq. (7)), not a mean
     up_vectors = 1                # Delta_i (docs/algorithms/fedsum.md 3.5)
+    up_reference = "zero"         # Delta_i is an update (docs/algorithms/compression.md 1.1)
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)

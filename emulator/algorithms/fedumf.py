@@ -69,6 +69,7 @@ class FedUMF(FedAvg, BackgroundTraining):
 
     name = "fedumf"
     client_state = ("g",)
+    up_reference = None           # uploads mix kept work and models: no codec (compression.md 1.1)
     supports = frozenset({"rounds"})
 
     def __init__(self, params, ctx):

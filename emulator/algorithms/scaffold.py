@@ -44,6 +44,7 @@ class Scaffold(Scheduled):
     supports = frozenset({"rounds"})
     down_vectors = 2              # x, c
     up_vectors = 2                # y_K - x, c_i^+ - c_i   (single_uplink: 1)
+    up_reference = "zero"         # both are updates (docs/algorithms/compression.md 1.1)
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)

@@ -53,6 +53,8 @@ class LocalSgdDelta(Scheduled):
     Delta_i = y_K - x^t (MIFA, FedVARP, FedAU: docs/algorithms/fedsum.md section 4). The server must not move x
     between the broadcast and the uploads (it does not under `rounds`)."""
 
+    up_reference = "zero"         # uploads Delta_i, an update (docs/algorithms/compression.md 1.1)
+
     def local_spec(self, client, t, received):
         return LocalSpec(start=received.vectors[0], rule=LocalRule(lr=self.lr(t)))
 

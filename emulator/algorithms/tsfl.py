@@ -172,6 +172,7 @@ class FedAsyncIntervalParams(Params):
 # ----------------------------------------------------------------------------- rules
 class _IntervalRule(Algorithm):
     supports = frozenset({"intervals"})
+    up_reference = "start"        # uploads the trained model (docs/algorithms/compression.md 1.1)
 
     def local_spec(self, client, t, received):
         # T-SFL Def. 1.2 / Eq.(1): w_{i,h+1} = w_{i,h} - eta g, from w_{i,0} = w^t

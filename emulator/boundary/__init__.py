@@ -13,6 +13,8 @@ directory keeps what was recorded.
 - `selection.py`: a selector's choice (distinct available ids, positive finite weights);
 - `training.py`: a local rule's pieces (a loss term's scalar, a transform's gradient) and a
   train function's loss and batches;
+- `codec.py`: a codec's bytes (a positive integer) and decoded values (its input's shape and dtype, finite
+  where the input is);
 - `devices.py`: a device model's seconds (step clocks, transfers, availability times) and
   online masks.
 

@@ -58,10 +58,38 @@ def cross_check(sc) -> list:
     problems += sc.fleet_problems("", registry.FleetSize(sc.clients.count, len(sc.workload_list)))
     problems += selection_problems(sc)
     problems += secure_aggregation_problems(sc)
+    problems += codec_problems(sc, algo)
     topo = sc.network.topology
     if topo is not None:
         groups = {g.name for g in sc.clients.groups}
         unknown = sorted(set(topo.attach) - groups)
         if unknown:
             problems.append(("network.topology.attach", f"names unknown groups {unknown}; groups are {sorted(groups)}"))
+    return problems
+
+
+def codec_problems(sc, algo) -> list:
+    """`network.codec` (docs/algorithms/compression.md 1.1, 1.4): not beside a compression ratio
+    of the same direction; on the download only a codec that needs no reference; on the upload
+    a codec that changes values only for an algorithm that declares its `up_reference`."""
+    block = sc.network.codec
+    if block is None:
+        return []
+    problems = []
+    for d in ("up", "down"):
+        spec = getattr(block, d)
+        if spec is None:
+            continue
+        cls = registry.get("codec", spec.name).factory
+        if getattr(sc.network.compression, d) != 1.0:
+            problems.append((f"network.compression.{d}", f"is {getattr(sc.network.compression, d):g} and "
+                             f"network.codec.{d} is {spec.name!r}: give one (the codec `ratio` is the compression ratio)"))
+        if d == "down" and cls.relative:
+            able = sorted(n for n, e in registry.table("codec").items() if not e.factory.relative)
+            problems.append(("network.codec.down", f"{spec.name!r} encodes an update, and the download carries the "
+                             f"model, which the clients hold no reference for; on the download use one of: {', '.join(able)}"))
+        if d == "up" and cls.changes_values and algo.up_reference not in ("start", "zero"):
+            problems.append(("network.codec.up", f"algorithm {sc.algorithm.name!r} does not declare what its upload is "
+                             "relative to (up_reference), so a codec cannot encode it; use `none` or `ratio` "
+                             "(bytes only), or declare up_reference in the algorithm (docs/algorithms/compression.md 1.1)"))
     return problems

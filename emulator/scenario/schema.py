@@ -124,9 +124,24 @@ class NetworkSettings(FiniteParams):
     """Fleet-wide network: message accounting, shared links."""
     bytes_per_param: int = Field(4, ge=1, le=limits.MAX_BYTES_PER_PARAM, description="bytes per parameter on the wire (float32: 4)")
     overhead_bytes: int = Field(0, ge=0, le=limits.MAX_OVERHEAD_BYTES, description="bytes added to every message (headers; at most 1 GiB, so int64 byte counters never wrap)")
-    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes")
+    compression: fleet.CompressionParams = Field(default_factory=fleet.CompressionParams, description="{up, down}: ratio applied to the parameter bytes; values untouched (the codec `ratio`; network.codec for codecs that change values)")
     server_link: Optional[fleet.ServerLinkParams] = Field(None, description="the server's access link, shared by all transfers (max-min fair)")
     topology: Optional[fleet.TopologyParams] = Field(None, description="a networkx topology of shared links (nodes, links, server, attach)")
+
+
+def _network_model(T: dict) -> type:
+    """The network block with its codecs, typed with this build's codec union `T`."""
+
+    class CodecBlock(Params):
+        """{up, down}: each direction's codec, a name or {name, ...} (docs/algorithms/compression.md)."""
+        up: Optional[T["CodecSpec"]] = Field(None, description="upload codec (absent: the ratio network.compression.up)")
+        down: Optional[T["CodecSpec"]] = Field(None, description="download codec: none, ratio, fp16 or bf16 (absent: the ratio network.compression.down)")
+
+    class NetworkBlock(NetworkSettings):
+        """Fleet-wide network: message accounting, codecs, shared links."""
+        codec: Optional[CodecBlock] = Field(None, description="{up, down}: codecs that change the values and the bytes (docs/algorithms/compression.md)")
+
+    return NetworkBlock
 
 
 def _check_group_sizes(groups, count):
@@ -236,7 +251,7 @@ def _clients_model(T: dict) -> type:
 def _build_schema() -> type:
     """The Scenario model of the registries as they are now."""
     T = _unions()
-    Workload, Clients = _workload_model(T), _clients_model(T)
+    Workload, Clients, Network = _workload_model(T), _clients_model(T), _network_model(T)
 
     class Scenario(Params):
         """A flemu scenario."""
@@ -254,7 +269,7 @@ def _build_schema() -> type:
         executor: T["ExecutorSpec"] = Field(default_factory=lambda: member("executor", "sequential"), description="executor block")
         plugins: Optional[list[str]] = Field(None, description="Python files (relative to this file) or modules imported before validation: they register your own components (recorded with absolute paths)")
         callbacks: Optional[list[T["CallbackSpec"]]] = Field(None, description="run callbacks (record, stop, checkpoint): registered names with their parameters, e.g. [{name: mlflow}]")
-        network: NetworkSettings = Field(default_factory=NetworkSettings)
+        network: Network = Field(default_factory=Network)
         output: Output = Field(default_factory=Output)
         secure_aggregation: Optional[SecureAggregationParams] = Field(None, description="secure aggregation's extra messages and round trips (SecAgg, SecAgg+; docs/algorithms/secagg.md); absent: none")
         inputs: Optional[Inputs] = Field(None, description="written by flemu into config.yaml: the files the run read (data, traces, plugins) with their SHA-256, checked by a replay (docs/reliability.md)")

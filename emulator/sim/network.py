@@ -18,9 +18,11 @@ import math
 
 import numpy as np
 
-from devices.network import FlowNetwork, build_topology, message_bytes, route
+from devices.network import FlowNetwork, build_topology, route
 
+from ..boundary import codec as codec_boundary  # a codec's bytes, checked (boundary/codec.py)
 from ..boundary import devices as boundary      # a link's seconds, checked (boundary/devices.py)
+from ..codecs.encoding import direction_codecs
 
 
 class Timed:
@@ -55,7 +57,7 @@ class NetworkSim:
         self.env = env
         self.bytes_per_param = settings.bytes_per_param
         self.overhead = settings.overhead_bytes
-        self.compression = {"up": settings.compression.up, "down": settings.compression.down}
+        self.codecs = direction_codecs(settings)        # docs/algorithms/compression.md
         self.flows = None
         self.paths = {}
         self._multicast = {}             # (broadcast key, shared path) -> its one flow
@@ -78,8 +80,9 @@ class NetworkSim:
         key = (numel, direction)
         nb = self._bytes.get(key)
         if nb is None:               # a run has a handful of message sizes: each computed once
-            nb = self._bytes[key] = message_bytes(numel, self.bytes_per_param, self.overhead,
-                                                  self.compression[direction])
+            codec = self.codecs[direction]              # its size from the length alone (compression.md 2)
+            nb = self._bytes[key] = codec_boundary.wire_bytes(codec, numel, self.bytes_per_param, direction) \
+                + self.overhead
         return nb
 
     def _build_flows(self, settings, clients, groups):

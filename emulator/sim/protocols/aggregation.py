@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ...algorithms.base import Arrival, Rows
+from ...codecs.encoding import UploadEncoding
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError
 from .cohort import Cohort
@@ -41,16 +42,20 @@ class Aggregating:
         need = task.checked.reads(t, arrivals) if arrivals else set()
         lazy_meta = [v for _, u, _ in items for v in u.meta.values() if isinstance(v, Lazy)]
         read = [(a, u) for a, (_, u, _) in zip(arrivals, items) if a.client in need]
+        enc = self.upload_encoding(task)
+        starts = None if enc is None else [enc.start_of(u.result, a.client, t) for a, u in read]   # before the jobs run
         resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
                 + lazy_meta)
-        for a, u in read:
+        for i, (a, u) in enumerate(read):
             a.vectors = [force(v) for v in u.vectors]
             task.checked.uploaded(a.client, t, a.vectors)       # the declared size and dtype (boundary/)
+            if enc is not None:          # as the server decodes it (docs/algorithms/compression.md 1.3)
+                a.vectors = enc.encode(a.client, a.round, a.vectors, starts[i])
             if u.result is not None:
                 a.train_loss = force(u.result).loss_mean
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
-        agg = task.checked.aggregate(t, arrivals, log)
+        agg = self.with_codec_error(enc, task.checked.aggregate(t, arrivals, log))
         self.record_aggregation(log, agg)
         if task.buffers is not None:
             self.average_buffers(task, agg, read)
@@ -59,19 +64,39 @@ class Aggregating:
     def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
         """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its results
         go to the algorithm as columns (`Rows`), with no object per client."""
+        enc = self.upload_encoding(task)
         if cohort.future is None:
             res_params, loss = [], np.zeros(0)
         else:
             res = force(cohort.future)
             res_params, loss = res.params, res.loss_mean
             task.checked.uploaded_rows(t, res_params[0].numel())    # one job's spec: every row alike
+            if enc is not None:                  # as the server decodes them (docs/algorithms/compression.md 1.3)
+                start = cohort.start
+                res_params = [enc.encode(c, t, [p], start)[0] for c, p in zip(cohort.clients.tolist(), res_params)]
         sw = self.selection_weights
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
                     steps=cohort.steps, params=res_params, train_loss=loss,
                     selection_weight=None if sw is None else np.array([sw[c] for c in cohort.clients.tolist()]))
-        agg = task.checked.aggregate_rows(t, rows, log)
+        agg = self.with_codec_error(enc, task.checked.aggregate_rows(t, rows, log))
         self.record_aggregation(log, agg)
         return rows, agg
+
+    def upload_encoding(self, task):
+        """The model's upload codec where it changes values (None: it does not; built once)."""
+        if task.index not in self._encodings:
+            codec = self.world.network.codecs["up"]
+            self._encodings[task.index] = UploadEncoding(codec, task.algorithm, self.world.streams, task.index) \
+                if codec.changes_values else None
+        return self._encodings[task.index]
+
+    @staticmethod
+    def with_codec_error(enc, agg):
+        """The aggregation with metrics.csv's `codec_error` (compression.md 3), when a codec changes values."""
+        if enc is not None:
+            err = enc.take_error()
+            agg.round_cols = {**agg.round_cols, "codec_error": float("nan") if err is None else err}
+        return agg
 
     @staticmethod
     def record_aggregation(log, agg) -> None:

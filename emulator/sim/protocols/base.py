@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from ... import registry
 from ...algorithms.base import BackgroundTraining
+from ...codecs.encoding import cast_broadcast
 from ...boundary import devices as devices_boundary     # availability answers, checked (boundary/devices.py)
 from ...registry import Params
 from ..client import State
@@ -98,6 +99,7 @@ class Protocol(Pieces, Aggregating, ABC):
         self.multicast = False          # a protocol with `broadcast: multicast` sets it
         self.multicast_counted = set()  # (model, round) of the multicast broadcasts whose bytes are counted
         self._messages = {}             # model -> its messages' (parameters, bytes), down and up
+        self._encodings = {}            # model -> its upload codec, when it changes values (aggregation.py)
         self.selector = None            # a protocol with `select` sets it (selecting.py: `Selecting`)
         self.selection_weights = None   # {client: weight} of the round's selection, when it gives them
         self.open_sheets = OpenSheets()  # outcome sheets not yet closed (work.py: `open_sheet`)
@@ -240,8 +242,9 @@ class Protocol(Pieces, Aggregating, ABC):
         return m
 
     def broadcast(self, task, t: int):
-        """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py)."""
-        return task.checked.broadcast(t)
+        """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py),
+        as the clients decode it (the download codec: docs/algorithms/compression.md 1.4)."""
+        return cast_broadcast(self.world.network.codecs["down"], task.checked.broadcast(t))
 
     # -- how a round goes ----------------------------------------------------------------
     def cohort_spec(self, task, t: int, bc):

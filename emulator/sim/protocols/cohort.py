@@ -15,10 +15,11 @@ class Cohort:
     """A round's arrivals: clients and planned steps in arrival order, and the future of their
     results, one row each (None: nobody arrived)."""
 
-    __slots__ = ("clients", "steps", "future")
+    __slots__ = ("clients", "steps", "future", "start")
 
-    def __init__(self, clients, steps, future=None):
+    def __init__(self, clients, steps, future=None, start=None):
         self.clients, self.steps, self.future = clients, steps, future
+        self.start = start               # the model the cohort trained from (a codec's reference)
 
     def __len__(self):
         return len(self.clients)
@@ -33,7 +34,7 @@ def submit_cohort(executor, task, t: int, spec, arrived, arrived_steps, late_ste
     arrived_steps = np.asarray(arrived_steps, dtype=np.int64)
     if not counted and len(late_steps):
         executor.count_jobs(len(late_steps), int(np.sum(late_steps)))
-    cohort = Cohort(arrived, arrived_steps)
+    cohort = Cohort(arrived, arrived_steps, start=spec.start)
     if len(arrived):
         cohort.future = executor.submit_cohort(CohortJob(task.index, arrived, t, arrived_steps, spec, task.batch_size),
                                                counted)

@@ -1,0 +1,33 @@
+"""A codec's results, checked where they cross (docs/algorithms/compression.md, section 4):
+`wire_bytes` is a positive integer; `encode` gives a tensor of its input's shape and dtype,
+finite where its input was."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import ContractError
+from .component import describe
+
+
+def wire_bytes(codec, numel: int, bytes_per_param: int, direction: str) -> int:
+    nb = codec.wire_bytes(numel, bytes_per_param)
+    if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0:
+        raise ContractError(f"gave {nb!r} bytes for a message of {numel} parameters ({direction}); a message's "
+                            "bytes are a positive integer computed from its length", describe("codec", codec),
+                            "wire_bytes")
+    return nb
+
+
+def decoded(codec, v: torch.Tensor, out, direction: str, t=None, client=None) -> torch.Tensor:
+    """The values the receiver decodes, checked: a tensor like `v`, finite where `v` is."""
+    who = describe("codec", codec)
+    if not isinstance(out, torch.Tensor) or out.shape != v.shape or out.dtype != v.dtype:
+        what = f"a tensor of shape {tuple(out.shape)} and {out.dtype}" if isinstance(out, torch.Tensor) \
+            else type(out).__name__
+        raise ContractError(f"returned {what} for a {direction} message of shape {tuple(v.shape)} and {v.dtype}; "
+                            "encode returns the decoded values in the input's shape and dtype", who, "encode",
+                            t, client=client)
+    if bool(torch.isfinite(v).all()) and not bool(torch.isfinite(out).all()):
+        raise ContractError(f"decoded non-finite values from a finite {direction} message (a value beyond the "
+                            "codec's range?); decoded values are finite", who, "encode", t, client=client)
+    return out

@@ -1,0 +1,2 @@
+"""Message codecs: what a message becomes on the wire, in values and bytes
+(docs/algorithms/compression.md)."""
