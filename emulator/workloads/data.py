@@ -62,8 +62,19 @@ class FederatedData:
     def num_train(self) -> int:
         return int(len(self.y_train))
 
+    @property
+    def keyed(self) -> bool:
+        """Each device's rows are generated when it first trains (workloads/keyed.py)."""
+        from .keyed import KeyedRows
+        return isinstance(self.client_indices, KeyedRows)
+
     def client_sizes(self) -> np.ndarray:
-        return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
+        ix = self.client_indices
+        if isinstance(ix, RowRanges):
+            return np.diff(ix.bounds)
+        if self.keyed:
+            return ix.client_sizes()
+        return np.array([len(i) for i in ix], dtype=np.int64)
 
     def label_histograms(self) -> np.ndarray:
         """(clients, classes) label counts."""
