@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
+
+from ..registry import Params
 
 #: fleets of at least this many clients generate keyed under `generation: auto`
 KEYED_FROM = 100_000
@@ -28,6 +31,16 @@ KEYED_FROM = 100_000
 def is_keyed(generation: str, num_clients: int) -> bool:
     """Whether a data set's `generation` option resolves to keyed for this fleet."""
     return generation == "keyed" or (generation == "auto" and num_clients >= KEYED_FROM)
+
+
+class GeneratedParams(Params):
+    """The options every generated data set that can generate keyed shares."""
+    generation: Literal["auto", "sequential", "keyed"] = Field(
+        "auto", description="sequential: every device drawn in turn from one stream at set-up; keyed: each device "
+        "from its own stream when it first trains (an idle device costs 8 bytes); auto: keyed from 100,000 "
+        "clients up (docs/performance.md, Fleet scale); config.yaml records the resolved value")
+    test_devices: int = Field(1000, ge=1, description="keyed generation: the global test set is the held-out rows "
+                              "of this many devices, a seeded sample (every device in a smaller fleet)")
 
 
 class KeyedRows(Sequence):

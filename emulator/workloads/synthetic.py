@@ -10,13 +10,13 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from ..registry import Params, register
+from ..registry import register
 from .data import FederatedData, RowRanges
 from .datasets import DatasetContext
-from .keyed import KeyedRows, is_keyed, keyed_test_set
+from .keyed import GeneratedParams, KeyedRows, is_keyed, keyed_test_set
 
 
-class SyntheticParams(Params):
+class SyntheticParams(GeneratedParams):
     alpha: float = Field(1.0, ge=0, description="how much local models differ (u_k ~ N(0, alpha))")
     beta: float = Field(1.0, ge=0, description="how much local data differ (B_k ~ N(0, beta))")
     iid: bool = Field(False, description="IID variant: one W, b for all devices, v_k = 0")
@@ -25,12 +25,6 @@ class SyntheticParams(Params):
     scale: Literal["std", "var"] = Field("std", description="alpha/beta are standard deviations (the public generator) or variances")
     max_samples_per_client: Optional[int] = Field(None, ge=2, description="cap on a device's sample count")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="per-device share held out, pooled for testing")
-    generation: Literal["auto", "sequential", "keyed"] = Field(
-        "auto", description="sequential: every device drawn in turn from one stream at set-up; keyed: each device "
-        "from its own stream when it first trains (an idle device costs 8 bytes); auto: keyed from 100,000 "
-        "clients up (docs/performance.md, Fleet scale)")
-    test_devices: int = Field(1000, ge=1, description="keyed generation: the global test set is the held-out rows "
-                              "of this many devices, a seeded sample (every device in a smaller fleet)")
 
 
 def synthetic_sizes(p: SyntheticParams, num_devices: int, rng: np.random.Generator) -> np.ndarray:
