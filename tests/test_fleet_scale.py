@@ -199,3 +199,23 @@ def test_fedsum_state_grows_with_the_clients_that_trained():
     assert (row, per_block) == (2440, 429)
     assert s["client_state_bytes"] == -(-len(trained) // per_block) * per_block * row == 2 * 1046760
     assert s["client_state_dense_bytes"] == 20_000 * row
+
+
+def test_a_partition_keeps_one_flat_array_of_rows():
+    """A real data set's partition: every client's rows in one int64 array and bounds (views
+    handed out), the rows the partitioner drew, no array object per client."""
+    from emulator.workloads.data import IndexRows
+    from emulator.workloads.partitions import partition_data
+    from emulator.workloads.data import FederatedData
+    y = np.repeat(np.arange(4), 30)
+    data = FederatedData("d", np.zeros((120, 2), np.float32), y, y[:0, None].astype(np.float32), y[:0], 4, (2,))
+    spec = scenario.member("partition", "dirichlet", alpha=0.5)
+    got = partition_data(data, spec, 9, np.random.default_rng(1), "workload.partition")
+    from emulator.registry import get
+    want = get("partition", "dirichlet").factory(spec, y, 9, np.random.default_rng(1), "workload.partition")
+    ix = got.client_indices
+    assert isinstance(ix, IndexRows) and ix.rows.base is None and len(ix) == 9
+    assert all(same(ix[k], np.asarray(w, dtype=np.int64)) for k, w in enumerate(want))
+    assert ix[3].base is ix.rows and (got.client_sizes() == [len(w) for w in want]).all()
+    with pytest.raises(IndexError):
+        ix[9]

@@ -22,7 +22,7 @@ from ..compute.executor import ClientRows, TaskData, pick_device
 from ..compute.flat import FlatModel
 from ..errors import ContractError, DivergedError, ScenarioError
 from ..rng import Streams
-from ..workloads.data import FederatedData
+from ..workloads.data import FederatedData, IndexRows
 from ..workloads.datasets import DatasetContext
 from ..workloads.evaluate import ClassificationEval, QuadraticEval, TrainAndTestEval
 from ..workloads.keyed import KeyedRows
@@ -134,7 +134,7 @@ def local_test_rows(data, partition, spec, N, streams, key) -> LocalRows:
     if spec.rows == "test":
         return split_test(data, partition, N, streams.keyed("evaluation.split", key))
     train, local = hold_out(data.client_indices, spec.holdout, streams.keyed("evaluation.holdout", key))
-    data.client_indices = train
+    data.client_indices = IndexRows(train)
     return local
 
 
