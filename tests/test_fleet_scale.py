@@ -123,6 +123,12 @@ def test_keyed_data_refuses_what_needs_every_row():
     sc["run"]["eval_train"] = True
     with pytest.raises(ScenarioError, match="workload.dataset.generation: keyed generation"):
         World(scenario.load(sc))
+    sc["run"]["eval_train"] = False
+    sc["clients"]["groups"][0]["availability"] = {"model": "bernoulli", "p": "labels"}
+    with pytest.raises(ScenarioError, match="no label histograms at set-up: use workload.dataset.generation"):
+        World(scenario.load(sc))
+    sc["workload"]["dataset"]["generation"] = "sequential"          # the sequential rows have labels
+    assert World(scenario.load(sc)).tasks[0].data.client_indices.bounds[-1] > 0
 
 
 def run_child(code: str) -> dict:

@@ -29,8 +29,8 @@ from ..workloads.keyed import KeyedRows
 from ..workloads.local_rows import LocalRows, hold_out, split_test
 from ..workloads.models import ModelContext
 from ..workloads.partitions import partition_data
-from .fleet import Fleet
 from .client_evaluation import ClientEvaluation
+from .fleet import Fleet
 from .network import NetworkSim
 from .recorder import Recorder
 
@@ -230,7 +230,9 @@ class World:
                 avail = registry.get("availability", g.availability.model).factory(g.availability, ctx)
                 avail.bind(members, _GroupRngs(self.streams, gi), ctx.labels)
             except ValueError as e:
-                raise ScenarioError([(f"clients.groups[{gi}].{block}", str(e))])
+                why = str(e) + (" (keyed generation makes no label histograms at set-up: use "
+                                "workload.dataset.generation: sequential)" if labels is None and d0.keyed else "")
+                raise ScenarioError([(f"clients.groups[{gi}].{block}", why)])
             self.groups.append(g)
             self.availabilities.append(avail)
             groups.append((g, compute, link, avail))
