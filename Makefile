@@ -125,6 +125,15 @@ bench: $(STAMP)
 	  --appfl-python $(APPFL_VENV)/bin/python --flgo-python $(FLGO_VENV)/bin/python $(BENCH_FLAGS)
 	$(BIN)/python -m benchmarks.state_memory --full      # per-client state memory (issue 29; ~4 min)
 
+# a fleet of up to 10^7 devices (issue 36; also in `make bench`): peak RSS, set-up seconds,
+# per-round ms at 10^4 .. 10^7 clients, FedAvg and FedSUM, 100 selected a round, and the memory
+# per idle client -> benchmarks/results/fleet.json and fleet.md (about 5 min on 2 cores; the
+# 10^7 runs need about 2 GB). FLEET_FLAGS: e.g. --sizes 10000,100000 --algorithms fedavg
+FLEET_FLAGS ?=
+.PHONY: bench-fleet
+bench-fleet: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m benchmarks.fleet $(FLEET_FLAGS)
+
 # a busy machine (issue 36; also in `make bench`): the quickstart and W1 under the default thread
 # setting against one job at a time on one and on two torch threads, with 0, 2 and 4 background
 # busy processes that it starts and stops itself -> benchmarks/results/busy.json and busy.md

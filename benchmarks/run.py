@@ -26,6 +26,10 @@ busy      the quickstart (10 rounds) and W1 (5 rounds) under flemu's default thr
           one job at a time on one and on two torch threads, with 0, 2 and 4 background busy
           processes (benchmarks/busy.py -> results/busy.json and busy.md). Goal (issue 36): the
           default <= 1.10x the best of the two with no background load, <= 1.3x with 2 and 4.
+fleet     10^4 .. 10^7 clients, 100 selected a round, synthetic data generated keyed, 20 rounds of
+          FedAvg and of FedSUM, Markov per-round availability, uniform selection (benchmarks/fleet.py
+          -> results/fleet.json and fleet.md): peak RSS, set-up seconds, per-round ms, bytes per idle
+          client. Goals (issue 36) at 10^7: peak RSS <= 4 GB, set-up <= 60 s, <= 300 B an idle client.
 P3        the engine alone (compute: instant, a no-op executor): events/s of flemu vs a bare
           SimPy loop scheduling the same events; growth of the cost with clients as a slope.
           Goal >= 0.5x.
@@ -62,10 +66,11 @@ from benchmarks.engine import async_fleet, p2, p3, p4
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a few minutes)")
-    ap.add_argument("--only", default="p1,p2,p3,p4,async,emulation,busy",
-                    help="comma-separated subset of p1,p2,p3,p4,async,emulation,busy (emulation: the emulation-peer "
-                         "table alone, benchmarks/emulation.py -> results/emulation_peers.json and .md; busy: "
-                         "benchmarks/busy.py -> results/busy.json and .md)")
+    ap.add_argument("--only", default="p1,p2,p3,p4,async,emulation,busy,fleet",
+                    help="comma-separated subset of p1,p2,p3,p4,async,emulation,busy,fleet (emulation: the "
+                         "emulation-peer table alone, benchmarks/emulation.py -> results/emulation_peers.json and .md; "
+                         "busy: benchmarks/busy.py -> results/busy.json and .md; fleet: benchmarks/fleet.py -> "
+                         "results/fleet.json and .md)")
     ap.add_argument("--flower-python", default=None, help="python of a venv with flwr[simulation] (P1 peer)")
     ap.add_argument("--pfl-python", default=None, help="python of a venv with pfl[pytorch] (P1 peer)")
     ap.add_argument("--appfl-python", default=None, help="python of a venv with appfl 1.12 (emulation peer)")
@@ -95,10 +100,15 @@ def main(argv=None):
     if "busy" in which:
         from benchmarks.busy import busy
         res["busy"] = busy(a.quick)
+    if "fleet" in which:
+        from benchmarks.fleet import fleet, write
+        sizes = [10_000, 100_000] if a.quick else [10_000, 100_000, 1_000_000, 10_000_000]
+        res["fleet"] = fleet(sizes, ["fedavg", "fedsum"], log)
+        write(res["fleet"], "fleet_quick" if a.quick else "fleet")
     res["total_s"] = time.perf_counter() - t0
     res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    if which <= {"emulation", "busy"}:  # their own JSON (emulation_peers*.json, busy.json) holds it all
+    if which <= {"emulation", "busy", "fleet"}:  # their own JSON (emulation_peers*.json, busy.json, fleet.json) holds it all
         log(f"done ({res['total_s']:.0f} s)")
         return
     path = RESULTS / f"{a.name or ('bench_quick' if a.quick else 'bench')}.json"

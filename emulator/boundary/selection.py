@@ -12,6 +12,21 @@ from ..errors import ContractError
 from .component import describe
 
 
+#: from this many available clients, membership is looked up by bisection (the protocol's
+#: `available` lists ids ascending), not by a pass over them (docs/performance.md, Fleet scale)
+BISECT_FROM = 4096
+
+
+def among(ids: np.ndarray, avail) -> np.ndarray:
+    """Whether each id is among the available ids: O(k log n) for a large fleet's ascending
+    `avail`, else np.isin."""
+    avail = np.asarray(avail)
+    if len(avail) < BISECT_FROM or not len(ids):
+        return np.isin(ids, avail)
+    at = np.minimum(np.searchsorted(avail, ids), len(avail) - 1)
+    return avail[at] == ids
+
+
 class CheckedSelection:
     def __init__(self, selector, name: str):
         self.who = describe("selection model", selector, name)
@@ -30,8 +45,9 @@ class CheckedSelection:
         if len(ids) and not np.issubdtype(ids.dtype, np.integer):
             raise self.broken(t, f"returned {ids.dtype} values; a selection is client ids (integers)")
         ids = ids.astype(np.int64).reshape(-1)
-        if len(np.unique(ids)) != len(ids) or not np.isin(ids, avail).all():
-            bad = ids[~np.isin(ids, avail)][:5].tolist() or "repeated ids"
+        inside = among(ids, avail)
+        if len(np.unique(ids)) != len(ids) or not inside.all():
+            bad = ids[~inside][:5].tolist() or "repeated ids"
             raise self.broken(t, f"returned {bad}; a selection is distinct ids among ctx.available")
         order = np.argsort(ids, kind="stable")
         if weights is None:

@@ -179,6 +179,7 @@ class Executor(ABC):
     def run_all(self, futures: list) -> None:
         """Compute a level of needed futures: cohorts are run as their clients' jobs, together
         with the single jobs in one `run` (so a batched executor stacks them all)."""
+        self.prepare_rows(futures)
         cohorts = [f for f in futures if isinstance(f, CohortFuture)]
         if not cohorts:
             self.run(futures)
@@ -196,6 +197,14 @@ class Executor(ABC):
                               loss_mean=np.array([r.loss_mean for r in results], dtype=np.float64),
                               loss_stats=[r.loss_stats for r in results]))
         fut.job = None
+
+    def prepare_rows(self, futures: list) -> None:
+        """Make these jobs' clients' rows here, before any worker starts: a keyed data set
+        generates a device's rows when first asked (workloads/keyed.py), growing its pool."""
+        for f in futures:
+            rows = self.tasks[f.job.task].client_rows
+            for c in (f.job.clients if isinstance(f, CohortFuture) else (f.job.client,)):
+                rows[int(c)]
 
     # helpers shared by executors -------------------------------------------------
     def job_rows(self, job: TrainJob) -> torch.Tensor:

@@ -72,7 +72,7 @@ def run(source, overrides=(), seed: Optional[int] = None, out=None,
         summary = summarize(world, metrics, clients, build_s, [] if world.status == "failed" else list(invariants.NAMES))
         summary["delay"] = delays
         summary["participation_by_group"] = group_shares.over_run(
-            clients, [c.group for c in world.clients], world.tasks[0].client_sizes, [g.name for g in world.groups])
+            clients, world.clients.group_names(), world.tasks[0].client_sizes, [g.name for g in world.groups])
         summary.update(energy_summary(world, clients))
         summary.update(world.protocol.summary())
         for task in world.tasks:
@@ -151,7 +151,7 @@ def energy_summary(world, clients: pd.DataFrame) -> dict:
     if "energy_j" not in clients:
         return {}
     by_group = {}
-    groups = np.array([c.group for c in world.clients])
+    groups = world.clients.group_names()
     for log in world.recorder.rounds:
         e = log.extra.get("energy_j")
         if e is None:
@@ -274,14 +274,14 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
 def partition_frame(world, last_aggregated=None) -> pd.DataFrame:
     """Per client: group, samples, the last round it was aggregated in (0: never; the FedSUM
     last-selection time s_i) and the label histogram of each model's data."""
-    rows = {"client": np.arange(world.num_clients), "group": [c.group for c in world.clients]}
+    rows = {"client": np.arange(world.num_clients), "group": world.clients.group_names()}
     for task in world.tasks:
         suffix = "" if len(world.tasks) == 1 else f"_m{task.index}"
         rows[f"samples{suffix}"] = task.client_sizes
         last = (last_aggregated or {}).get(task.index)
         if last is not None:
             rows[f"last_aggregated_round{suffix}"] = last
-        if task.data.task == "classification" and task.data.num_classes <= 100:
+        if task.data.task == "classification" and task.data.num_classes <= 100 and not task.data.keyed:
             h = task.data.label_histograms()
             for c in range(h.shape[1]):
                 rows[f"label_{c}{suffix}"] = h[:, c]

@@ -203,8 +203,27 @@ schema.cache_clear = _SCHEMA.clear     # type: ignore[attr-defined]  (the old lr
 class Output(Params):
     """Where and what the run writes."""
     dir: Optional[str] = Field(None, description="run directory (default runs/<name>)")
-    clients_csv: Literal["all", "participants"] = Field("all", description="rows for every client each round, or only for the selected ones")
+    clients_csv: Literal["auto", "all", "participants"] = Field(
+        "auto", description="rows for every client each round (a dense log), or only for the selected ones (a sparse "
+        "log: the clients whose state changed); auto: all below 100,000 clients, participants from there "
+        "(docs/performance.md, Fleet scale); config.yaml records the resolved value")
     events: bool = Field(False, description="also write events.csv: every client state transition (time, client, state, round, detail)")
+
+
+#: fleets of at least this many clients log sparsely under `output.clients_csv: auto`
+SPARSE_LOG_FROM = 100_000
+
+
+def resolve_fleet_scale(sc) -> None:
+    """Resolve the options whose default depends on the fleet's size, so that config.yaml
+    says what ran: `output.clients_csv: auto` and a generated data set's `generation: auto`."""
+    from ..workloads.keyed import GeneratedParams, is_keyed
+    n = sc.clients.count
+    if sc.output.clients_csv == "auto":
+        sc.output.clients_csv = "participants" if n >= SPARSE_LOG_FROM else "all"
+    for wl in sc.workload_list:
+        if isinstance(wl.dataset, GeneratedParams) and wl.dataset.generation == "auto":
+            wl.dataset.generation = "keyed" if is_keyed("auto", n) else "sequential"
 
 
 def _workload_model(T: dict) -> type:
@@ -278,6 +297,7 @@ def _build_schema() -> type:
         def _one_workload_key(self):
             if (self.workload is None) == (self.workloads is None):
                 raise ValueError("give exactly one of `workload` (one model) or `workloads` (a list, multi-model)")
+            resolve_fleet_scale(self)
             return self
 
         @property

@@ -21,7 +21,7 @@ class ClientEvaluation:
     def __init__(self, world, spec):
         self.world, self.spec = world, spec
         self.group_names = [g.name for g in world.groups]
-        self.group_of = np.array([c.group for c in world.clients], dtype=object)
+        self.group_of = world.clients.group_names()
         self.count: dict = {}
         self.evals = {}
         for t in world.tasks:

@@ -62,10 +62,9 @@ class NetworkSim:
         self.paths = {}
         self._multicast = {}             # (broadcast key, shared path) -> its one flow
         self._bytes = {}
-        self.group_of = np.fromiter((c.group_index for c in clients), np.int64, len(clients))
-        self.links = {}                  # group index -> its link model (shared by the group)
-        for c in clients:
-            self.links.setdefault(c.group_index, c.link)
+        self.group_of = clients.group_of      # the fleet's array (sim/fleet.py): no client object made
+        # group index -> its link model (shared by the group); a group without clients has none
+        self.links = {gi: g[2] for gi, g in enumerate(clients.groups) if clients.starts[gi + 1] > clients.starts[gi]}
         # each client's bandwidth factor (its spread), drawn once per group in bulk from the
         # group's stream ("network.spread", group): one NumPy draw, however large the fleet
         self.factor = np.ones(len(clients))

@@ -22,14 +22,15 @@ from ..compute.executor import ClientRows, TaskData, pick_device
 from ..compute.flat import FlatModel
 from ..errors import ContractError, DivergedError, ScenarioError
 from ..rng import Streams
-from ..workloads.data import FederatedData
+from ..workloads.data import FederatedData, IndexRows
 from ..workloads.datasets import DatasetContext
 from ..workloads.evaluate import ClassificationEval, QuadraticEval, TrainAndTestEval
+from ..workloads.keyed import KeyedRows
 from ..workloads.local_rows import LocalRows, hold_out, split_test
 from ..workloads.models import ModelContext
 from ..workloads.partitions import partition_data
-from .client import Client
 from .client_evaluation import ClientEvaluation
+from .fleet import Fleet
 from .network import NetworkSim
 from .recorder import Recorder
 
@@ -73,8 +74,11 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
     ds_entry = registry.get("dataset", wl.dataset.name)
     # fresh generators from the key's seeds (the same draws for every workload sharing it)
     ctx = DatasetContext(N, streams.keyed("data", key), streams.keyed("partition", key, 1),
-                         path=f"{path}.dataset")
+                         path=f"{path}.dataset", device_stream=lambda k: streams.keyed("data.device", key, k),
+                         test_stream=streams.keyed("data.test_devices", key))
     data = ds_entry.factory(wl.dataset, ctx)
+    if isinstance(data.client_indices, KeyedRows):
+        refuse_keyed(data, path, eval_train, evaluation)
     part = wl.partition
     if part is None:
         from ..scenario.schema import member
@@ -112,6 +116,16 @@ def build_task(index, wl, path, N, streams, device, dtype, algo_spec, eval_train
     return task
 
 
+def refuse_keyed(data, path: str, eval_train: bool, evaluation) -> None:
+    """What a keyed data set (workloads/keyed.py) cannot do: every device's rows at once."""
+    why = (f"{path}.dataset.generation: keyed generation makes a device's rows when it first trains; "
+           "{what} needs every device's rows (use generation: sequential)")
+    if eval_train:
+        raise ScenarioError([("run.eval_train", why.format(what="the training loss over all rows"))])
+    if evaluation is not None:
+        raise ScenarioError([("evaluation", why.format(what="per-client evaluation"))])
+
+
 def local_test_rows(data, partition, spec, N, streams, key) -> LocalRows:
     """Each client's local test rows (`evaluation.rows`, docs/fairness.md), drawn from streams
     keyed by the workload's data key; `holdout` removes them from the clients' training rows."""
@@ -121,7 +135,7 @@ def local_test_rows(data, partition, spec, N, streams, key) -> LocalRows:
     if spec.rows == "test":
         return split_test(data, partition, N, streams.keyed("evaluation.split", key))
     train, local = hold_out(data.client_indices, spec.holdout, streams.keyed("evaluation.holdout", key))
-    data.client_indices = train
+    data.client_indices = IndexRows(train)
     return local
 
 
@@ -188,18 +202,19 @@ class World:
         self._still_at, self._still = -math.inf, 0      # should_stop: aggregations without time passing
 
     # -- construction -----------------------------------------------------------------
-    def _build_clients(self) -> list:
+    def _build_clients(self) -> Fleet:
         """One compute / link / availability object per device group, shared by its clients
-        (per-client state lives inside the models, keyed by client id)."""
-        from devices.compute import Work
+        (per-client state lives inside the models, keyed by client id); the clients themselves
+        are a `Fleet`: a `Client` is made when first touched (sim/fleet.py)."""
         from ..scenario.fleet import GroupContext
         from ..workloads.models import forward_macs
 
         sc = self.sc
         base = None
-        clients, self.groups, self.availabilities = [], [], []
+        groups, self.groups, self.availabilities = [], [], []
         sizes = group_sizes(sc.clients)
-        labels = self.tasks[0].data.label_histograms() if self.tasks[0].data.task == "classification" else None
+        d0 = self.tasks[0].data
+        labels = d0.label_histograms() if d0.task == "classification" and not d0.keyed else None
         macs = [forward_macs(t.net.module, t.data.input_shape) if t.data.task == "classification" else 0
                 for t in self.tasks]
         start = 0
@@ -216,32 +231,24 @@ class World:
                 avail = registry.get("availability", g.availability.model).factory(g.availability, ctx)
                 avail.bind(members, _GroupRngs(self.streams, gi), ctx.labels)
             except ValueError as e:
-                raise ScenarioError([(f"clients.groups[{gi}].{block}", str(e))])
+                why = str(e) + (" (keyed generation makes no label histograms at set-up: use "
+                                "workload.dataset.generation: sequential)" if labels is None and d0.keyed else "")
+                raise ScenarioError([(f"clients.groups[{gi}].{block}", why)])
             self.groups.append(g)
             self.availabilities.append(avail)
-            # one Work per (model, batch), and one read-only task -> Work map per combination of
-            # batches: shared by the clients it fits (a map each cost ~0.2 KB a client)
-            works: dict = {}
-            maps: dict = {}
-            batches = [np.minimum(t.batch_size or 10**12, t.client_sizes[members]) for t in self.tasks]
-            for j, cid in enumerate(members.tolist()):
-                key = tuple(int(bs[j]) for bs in batches)
-                work = maps.get(key)
-                if work is None:
-                    work = maps[key] = {}
-                    for t, m, b in zip(self.tasks, macs, key):
-                        w = works.get((t.index, b))
-                        if w is None:
-                            w = works[(t.index, b)] = Work(flops_per_step=6.0 * m * b, batch=b)
-                        work[t.index] = w
-                clients.append(Client(cid, g.name, gi, compute, link, avail, self.streams, g.energy, work))
-        return clients
+            groups.append((g, compute, link, avail))
+        return Fleet(self.streams, groups, sizes, [t.client_sizes for t in self.tasks],
+                     [t.batch_size for t in self.tasks], macs)
 
     def _build_executor(self):
         tasks = {}
         for t in self.tasks:
-            x = torch.as_tensor(t.data.x_train, device=self.device, dtype=self.dtype)
-            y = torch.as_tensor(t.data.y_train, device=self.device)
+            if t.data.keyed:             # the pool of generated rows, grown in place (workloads/keyed.py)
+                t.data.client_indices.bind(self.device, self.dtype)
+                x, y = t.data.client_indices.x, t.data.client_indices.y
+            else:
+                x = torch.as_tensor(t.data.x_train, device=self.device, dtype=self.dtype)
+                y = torch.as_tensor(t.data.y_train, device=self.device)
             tasks[t.index] = TaskData(t.net, x, y, ClientRows(t.data.client_indices, self.device))
         cls = registry.get("executor", self.sc.executor.name).factory
         return cls(tasks, self.streams, self.device, self.sc.executor, cpus=self.cpus)

@@ -35,6 +35,32 @@ class RowRanges(Sequence):
         return np.arange(self.bounds[k], self.bounds[k + 1])
 
 
+class IndexRows(Sequence):
+    """Client indices of a partition: every client's rows in one flat int64 array, client k's
+    being `rows[bounds[k]:bounds[k + 1]]` (a view), instead of an array object per client."""
+
+    __slots__ = ("rows", "bounds")
+
+    def __init__(self, per_client):
+        sizes = np.fromiter((len(ix) for ix in per_client), dtype=np.int64, count=len(per_client))
+        self.bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.bounds[1:])
+        self.rows = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in per_client]) if len(sizes) else \
+            np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, k):
+        n = len(self)
+        k = operator.index(k)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"client {k} of {n}")
+        return self.rows[self.bounds[k]:self.bounds[k + 1]]
+
+
 @dataclass
 class FederatedData:
     """A dataset split for federated training.
@@ -62,8 +88,19 @@ class FederatedData:
     def num_train(self) -> int:
         return int(len(self.y_train))
 
+    @property
+    def keyed(self) -> bool:
+        """Each device's rows are generated when it first trains (workloads/keyed.py)."""
+        from .keyed import KeyedRows
+        return isinstance(self.client_indices, KeyedRows)
+
     def client_sizes(self) -> np.ndarray:
-        return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
+        ix = self.client_indices
+        if isinstance(ix, (RowRanges, IndexRows)):
+            return np.diff(ix.bounds)
+        if self.keyed:
+            return ix.client_sizes()
+        return np.array([len(i) for i in ix], dtype=np.int64)
 
     def label_histograms(self) -> np.ndarray:
         """(clients, classes) label counts."""

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from ..errors import ScenarioError
 from ..registry import Params, register
+from .data import IndexRows
 
 
 def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
@@ -196,6 +197,6 @@ def partition_data(data, spec, num_clients: int, rng, path: str):
     parts = get("partition", name).factory(spec, data.y_train, num_clients, rng, path)
     if isinstance(spec, LabelOrder) and spec.order == "label":
         parts = in_label_order(parts, data.y_train)
-    data.client_indices = parts
+    data.client_indices = IndexRows(parts)      # one flat array, not an array object per client
     data.natural = False
     return data

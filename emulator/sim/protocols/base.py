@@ -157,13 +157,14 @@ class Protocol(Pieces, Aggregating, ABC):
         time: the round runs, perhaps empty); None when no client will ever be online again (the
         run stalls)."""
         now = self.env.now
-        timed = [c for c in self.world.clients if c.availability.kind == "time"]
-        nxt = min((devices_boundary.moment(c.availability.next_online(c.id, now), now, c.availability, "next_online")
-                   for c in timed), default=math.inf)
+        fleet = self.world.clients          # the groups' models, asked per member (no client object made)
+        timed = [(m, fleet.members(gi)) for gi, m in enumerate(self.world.availabilities) if m.kind == "time"]
+        nxt = min((devices_boundary.moment(m.next_online(int(c), now), now, m, "next_online")
+                   for m, ids in timed for c in ids), default=math.inf)
         if now < nxt < math.inf:
             yield self.env.timeout(nxt - now)
             return True
-        if math.isinf(nxt) and len(timed) == len(self.world.clients):
+        if math.isinf(nxt) and sum(len(ids) for _, ids in timed) == len(fleet):
             self.world.stall("no client will ever be online again")
             return None
         return False
