@@ -3,7 +3,8 @@ every client over virtual time, one row per client grouped by device group, colo
 kind (download, compute, upload, late / cut, offline, idle), with each round's deadline
 (dashed) and aggregation (solid) marked.
 
-- `gantt(tl, out)`: a matplotlib figure (PNG / SVG, signed as flemu's: plots.save);
+- `gantt(tl, out)`: a matplotlib figure (PNG, or PNG and SVG when `out` has no suffix,
+  signed as flemu's: plots.save);
 - `html(tl, out)`: one self-contained HTML file (inline SVG and a few lines of inline
   script, nothing fetched: it opens from file:// offline): wheel to zoom the time axis, drag
   to pan, double-click to reset, hover a bar for its client, round, phase, seconds and bytes.
@@ -75,7 +76,7 @@ def gantt(tl: RunTimeline, out=None, title=None):
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 if n > 8 else -0.25),
               ncol=8, fontsize=8, frameon=False)
     fig.tight_layout()
-    plots.save(fig, out, formats=(".png",))
+    plots.save(fig, out)
     return fig
 
 
