@@ -236,3 +236,12 @@ def test_bad_run_timeline_value_exit_2(tmp_path):
     res = CliRunner().invoke(app, ["run", str(f), "--set", "run.timeline=maybe", "--out", str(out), "-q"])
     assert res.exit_code == 2 and "run.timeline" in res.output and "Traceback" not in res.output, res.output
     assert not out.exists()
+
+
+def test_report_draws_the_timeline(runs, tmp_path):
+    """`flemu report` of a run with timeline.csv draws its timeline (rounds 1-10, at most 40
+    clients)."""
+    from analysis import report
+    path = report.write(runs["rounds_offline"], out=tmp_path / "r" / "report.html")
+    assert (tmp_path / "r" / "figures" / "timeline.png").exists()
+    assert "Timeline: rounds_offline" in path.read_text()
