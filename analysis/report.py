@@ -196,6 +196,7 @@ def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
     if len(study.clients):
         add("local_steps", "Local steps per client", "Steps each client completed in the rounds it was selected (T-SFL: its iterations tau).",
             lambda o: P.local_steps(study, out=o))
+        _timeline_figure(study, add)
         hue, _ = P.roles(study)
         s = study.summary[study.summary["run"].isin(list(study.runs))]
         picks = s.drop_duplicates(subset=[hue] if hue in s else ["condition"]).head(6)
@@ -205,6 +206,18 @@ def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
                 "Clients x rounds: offline, available, aggregated, selected but not aggregated, dropped.",
                 lambda o, d=r["dir"], t=r["condition"]: P.participation_raster(d, o, title=f"participation: {t}"))
     return figs
+
+
+def _timeline_figure(study: Study, add) -> None:
+    """The timeline of the first run that recorded one (`run.timeline: true`): its first ten
+    rounds, at most 40 clients (analysis/timeline.py)."""
+    from . import timeline as TL, timeline_draw as TD
+    d = next((d for d in study.summary.get("dir", ()) if (Path(d) / "timeline.csv").exists()), None)
+    if d is not None:
+        add("timeline", f"Timeline: {Path(d).name}",
+            "What each client did when (first ten rounds): download, compute, upload, late or cut, offline, idle; "
+            "solid lines: aggregations, dashed: deadlines. `flemu timeline RUN` draws any window.",
+            lambda o: TD.gantt(TL.load(d, (1, 10), 40), o))
 
 
 def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = None,

@@ -1,4 +1,4 @@
-"""The `flemu` command line: run, validate, list, plot, sweep, compare, report.
+"""The `flemu` command line: run, validate, list, plot, timeline, trace, sweep, compare, report.
 
 `flemu run FILE [--set k=v]... [--out DIR] [--seed N]` runs a scenario with a progress bar;
 `flemu validate FILE` checks it; `flemu list [what]` lists every registered component with
@@ -205,6 +205,10 @@ def plot(args: List[str] = typer.Argument(..., metavar="[accuracy|participation|
 
 
 from .cli_traces import traces_app  # noqa: E402  (`flemu traces ...`)
+from .cli_timeline import timeline, trace  # noqa: E402  (`flemu timeline`, `flemu trace`)
+
+app.command()(timeline)
+app.command()(trace)
 
 app.add_typer(traces_app, name="traces")
 

@@ -198,8 +198,8 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 def written_by_flemu(path, csv_columns=()) -> bool:
     """A regular file that carries flemu's signature for its type: PNG / SVG / PDF metadata
-    (`Software` / `Creator` = flemu, `plot_metadata`), a report's first line (`REPORT_MARK`),
-    or for a CSV the header of the table flemu writes there (`csv_columns`, all present)."""
+    (`Software` / `Creator` = flemu, `plot_metadata`), a report's or timeline page's first line
+    (`REPORT_MARK`), a trace's leading `otherData` writer, or for a CSV the header of the table flemu writes there (`csv_columns`, all present)."""
     p = Path(path)
     if not _regular(p):
         return False
@@ -218,6 +218,8 @@ def written_by_flemu(path, csv_columns=()) -> bool:
         return head.startswith(b"%PDF") and _pdf_signed(p, sig)
     if suffix in (".html", ".md", ".markdown"):
         return head.startswith(REPORT_MARK.encode())
+    if suffix == ".json":            # a trace flemu wrote (analysis/trace_export.py): its otherData first
+        return head.startswith(b'{"otherData": {"writer": "' + sig + b'"')
     if suffix == ".csv" and csv_columns:
         first = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
         return set(csv_columns) <= {c.strip().strip('"') for c in first.split(",")}

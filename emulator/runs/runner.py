@@ -247,6 +247,8 @@ def write_run_dir(out_dir: Path, world, sc, metrics, clients, summary, last_aggr
         partition_frame(world, last_aggregated).to_csv(tmp / "partition.csv", index=False)
         if world.recorder.events is not None:
             world.recorder.events_frame().to_csv(tmp / "events.csv", index=False)
+        if world.recorder.timeline is not None:
+            world.recorder.timeline_frame(world.clients, float(world.env.now)).to_csv(tmp / "timeline.csv", index=False)
         if world.client_eval is not None:
             world.recorder.client_eval_frame().to_csv(tmp / "client_eval.csv", index=False)
         for task in world.tasks:

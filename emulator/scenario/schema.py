@@ -113,6 +113,7 @@ class Run(FiniteParams):
     eval_train: bool = Field(False, description="also evaluate the global model on the whole training set at each evaluation (columns full_train_loss, full_train_acc)")
     eval_every_seconds: Optional[float] = Field(None, gt=0, le=limits.MAX_SECONDS, description="or at the first aggregation at or after every multiple of this many virtual seconds")
     target_accuracy: Optional[float] = Field(None, gt=0, le=1, description="report time/rounds to reach this test accuracy")
+    timeline: Optional[bool] = Field(None, description="also write timeline.csv: when each client's download, compute and upload began and ended, and its offline periods (`flemu timeline`, `flemu trace`)")
 
     @model_validator(mode="after")
     def _stop(self):

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InvariantError
+from .timeline import Timeline, offline_periods, round_offline
 
 CLIENT_COLUMNS = {  # name -> (dtype, default)
     "available": (bool, False),
@@ -78,6 +79,7 @@ class RoundLog:
         # seconds of each row's download, whole planned computation and upload (NaN: not
         # reached), kept when a selector observes them (protocols/selecting.py); not in clients.csv
         self.phases = np.full((3, self.n), np.nan) if phases else None
+        self.timeline = None     # the run's Timeline when `run.timeline` is on (sim/timeline.py)
 
     def mark_recorded(self, rows: np.ndarray) -> None:
         """These rows' outcomes are written now: once (sim/protocols/outcome.py); a second
@@ -148,7 +150,7 @@ class RoundLog:
 
 class Recorder:
     def __init__(self, num_clients: int, participants_only: bool = False, events: bool = False,
-                 multi_model: bool = False, per_job: bool = False):
+                 multi_model: bool = False, per_job: bool = False, timeline: bool = False):
         self.num_clients = num_clients
         self.participants_only = participants_only
         self.multi_model = multi_model
@@ -159,10 +161,12 @@ class Recorder:
         self._late: dict = {}           # model -> (up, down) bytes its next metrics row counts (`late_bytes`)
         self.phases = False             # ROUND logs keep each row's phase seconds (RoundLog.phases)
         self.client_evals: list = []      # (model, columns) of each per-client evaluation (client_eval.csv)
+        self.timeline = Timeline() if timeline else None    # timeline.csv (`run.timeline`)
 
     def round_log(self, round_: int, task: int = 0, ids=None, aggregation: bool = False) -> RoundLog:
         """A ROUND log, recorded now."""
         log = RoundLog(round_, self.num_clients, task, ids, aggregation, phases=self.phases)
+        log.timeline = self.timeline
         self.rounds.append(log)
         return log
 
@@ -177,6 +181,7 @@ class Recorder:
         once its round is known."""
         log = RoundLog(0, self.num_clients, task, ids=[client], kind=JOB)
         log.set_extra("job", client, job, dtype=np.int64, default=0)
+        log.timeline = self.timeline
         return log
 
     def commit(self, log: RoundLog, round_: int) -> None:
@@ -238,6 +243,13 @@ class Recorder:
         if not frames:
             return pd.DataFrame(columns=[*EVAL_COLUMNS[:2], *(["model"] if self.multi_model else []), *EVAL_COLUMNS[2:]])
         return pd.concat(frames, ignore_index=True)
+
+    def timeline_frame(self, clients, end: float) -> pd.DataFrame:
+        """timeline.csv (`run.timeline`): every recorded piece of work, then the offline
+        periods in [0, end] of clients with continuous-time availability, and the aggregated
+        rounds clients of per-round availability were not available in (sim/timeline.py)."""
+        offline = pd.concat([offline_periods(clients, end), round_offline(self.rounds, clients, self.metrics)])
+        return self.timeline.frame(self.rounds, offline)
 
     def events_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.events or [], columns=["time", "client", "state", "round", "detail"])

@@ -183,7 +183,7 @@ class World:
         proto = registry.get("protocol", sc.protocol.name)
         self.recorder = Recorder(N, participants_only=sc.output.clients_csv == "participants",
                                  events=sc.output.events, multi_model=multi,
-                                 per_job=proto.factory.records_per_job)
+                                 per_job=proto.factory.records_per_job, timeline=bool(sc.run.timeline))
         self.group_of = self.network.group_of          # each client's device group (ids are contiguous per group)
         # a group whose fraction rounds to no client has no one to be online
         self.group_members = [(m.members, m) for m in self.availabilities if len(m.members)]

@@ -111,6 +111,8 @@ def record_outcomes(log, o: Outcomes, messages, drop: bool = True) -> np.ndarray
             log.phases[:, rows] = [np.where(down_done, o.down - t0, np.nan), np.where(down_done, o.dur, np.nan),
                                    np.where(arrived, o.up - o.compute, np.nan)]
     carried = down_done if o.carries is None else down_done & o.carries
+    if log.timeline is not None:   # timeline.csv (`run.timeline`): each piece's start and end
+        log.timeline.add(log, o, (down_done, up_started, arrived), carried, messages)
     log.bytes_down[rows] = np.where(carried, bytes_down, 0)
     log.bytes_up[rows] = np.where(arrived, bytes_up, 0)
     log.messages.extend([(numel_down, bytes_down, "down")] * int(np.count_nonzero(carried))
