@@ -71,8 +71,8 @@ def define(header: str, axes=(), paths=()) -> str:
         a = names[header]
         return f"the swept value of `{a}`" + (" (the sweep's named variants)" if a == "variant" else "")
     if header in paths:
-        return (f"the scenario's `{header}` in the condition's resolved config.yaml: a component's name, then in "
-                "brackets those of its settings that differ between conditions (- : not set)")
+        return (f"`{header}` of the condition's resolved config.yaml (a component: its name, then in brackets "
+                "its settings that differ between conditions; -: not set)")
     return COLUMNS.get(header, "")
 
 
