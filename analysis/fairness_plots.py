@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import fairness as FA
+from .conditions import group_colours
 from .load import Study, load
 from .plots import _resample, plt, save, sns
 
@@ -29,12 +30,6 @@ NO_EVAL = "no per-client evaluation in these runs\n(add an `evaluation:` block)"
 
 def _study(x) -> Study:
     return x if isinstance(x, Study) else load(x)
-
-
-def group_colours(names) -> dict:
-    """One colour per device group, the same in every figure of a study."""
-    pal = sns.color_palette("colorblind" if len(names) <= 10 else "husl", max(1, len(names)))
-    return dict(zip(names, pal))
 
 
 def _note(ax, text: str) -> None:

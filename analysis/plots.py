@@ -11,8 +11,13 @@ evaluation holding until the next, as the model the fleet had at that moment.
 - curves(study, y, x)                      accuracy / loss vs virtual time or rounds, band over seeds
 - target_bars(study, target)               virtual time to the target accuracy per condition
 - participation_raster(run_dir, out)       clients x rounds: offline / available / aggregated / dropped
+- participation_states(study)              every condition: each client's share of rounds per state
 - local_steps(study)                       distribution of local steps per client
 - latency_breakdown(study)                 round time split into compute, communication, waiting
+
+The last three live in participation_plots.py and steps_plots.py. Every comparison figure
+draws a condition in one colour: `palette=` (a {hue label: colour} mapping, built once per
+report by `conditions.palette`), by default the study's own.
 """
 from __future__ import annotations
 
@@ -28,8 +33,11 @@ import seaborn as sns  # noqa: E402
 
 from emulator.runs import outputs  # noqa: E402
 
+from . import conditions as C  # noqa: E402
+
 from .load import Study, load, load_run  # noqa: E402
 
+DPI = 120                            # every figure's resolution: a 10.6-inch figure is 1280 px wide
 LABELS = {"virtual_time": "virtual time (s)", "round": "round", "test_acc": "test accuracy",
           "test_loss": "test loss", "train_loss": "training loss", "wall_time": "wall-clock time (s)"}
 
@@ -50,7 +58,7 @@ def save(fig, out, formats=None) -> list:
         outputs.check_file_target(p, "figure")
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     for p in paths:
-        fig.savefig(p, dpi=120, bbox_inches="tight", metadata=outputs.plot_metadata(p.suffix))
+        fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata=outputs.plot_metadata(p.suffix))
     return paths
 
 
@@ -112,11 +120,13 @@ def _resample(m: pd.DataFrame, y: str, x: str, grid: np.ndarray, end: float) -> 
     return v
 
 
-def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200, hue=None, col=None) -> pd.DataFrame:
-    """Every run's step curve on one grid: columns run, <hue>, <col>, seed, x, y."""
+def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200, hue=None, col=None,
+                runs=None) -> pd.DataFrame:
+    """Every run's step curve on one grid: columns run, <hue>, <col>, seed, x, y. `runs`: only
+    these runs (default every run)."""
     hue, col = roles(study, hue, col)
     series = _series(study, hue, col)
-    m = study.metrics
+    m = study.metrics if runs is None or study.metrics.empty else study.metrics[study.metrics["run"].isin(list(runs))]
     multi = "model" in m and m["model"].nunique() > 1      # a hue per model, not model 0 alone
     if m.empty or y not in m:
         return pd.DataFrame(columns=["run", hue, x, y])
@@ -137,19 +147,31 @@ def curve_frame(study: Study, y="test_acc", x="virtual_time", points: int = 200,
     return pd.concat(frames, ignore_index=True).dropna(subset=[y])
 
 
-def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=None, out=None, points=200):
+def hue_colours(levels, palette=None) -> dict:
+    """{level: colour} for a figure's hue levels: the report's `palette` where it names the
+    level, else colours of their own (`conditions.colours`)."""
+    levels = list(dict.fromkeys(levels))
+    return {**C.colours(levels), **{h: palette[h] for h in levels if palette and h in palette}}
+
+
+def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=None, out=None, points=200,
+           palette=None, runs=None, xlabel=None):
     """`y` (test accuracy, test loss, ...) against virtual time or rounds: one line per hue
-    value (mean over seeds, band = one standard deviation), one panel per `col` value."""
+    value (mean over seeds, band = one standard deviation), one panel per `col` value.
+    `palette`: {hue label: colour} (default `conditions.palette(study)`); `runs`: only these
+    runs; `xlabel`: the x axis's title (default from `x`)."""
     study = _study(study)
     hue, col = roles(study, hue, col)
-    df = curve_frame(study, y, x, points, hue, col)
+    palette = palette if palette is not None else C.palette(study, hue, col)
+    df = curve_frame(study, y, x, points, hue, col, runs=runs)
+    if runs is not None and df.empty:
+        raise ValueError("none of these runs has evaluations")
     sns.set_theme(style="whitegrid")
-    n_hue = df[hue].nunique() if len(df) else 1
     g = sns.relplot(data=df, x=x, y=y, hue=hue if len(df) else None, col=col, col_wrap=_wrap(df[col].nunique()) if col else None,
                     kind="line", errorbar="sd", height=3.2, aspect=1.35,
-                    palette=sns.color_palette("tab10" if n_hue <= 10 else "husl", n_hue) if len(df) else None,
+                    palette=hue_colours(df[hue], palette) if len(df) else None,
                     facet_kws={"sharex": True, "sharey": True})
-    g.set_axis_labels(label(x), label(y))
+    g.set_axis_labels(xlabel or label(x), label(y))
     if col:
         g.set_titles(f"{col.split('.')[-1]} = {{col_name}}")
     target = target if target is not None else (study.target if y == "test_acc" else None)
@@ -158,7 +180,7 @@ def curves(study, y="test_acc", x="virtual_time", hue=None, col=None, target=Non
             ax.axhline(target, ls="--", lw=1, color="grey")
     if g.legend is not None:
         g.legend.set_title(hue.split(".")[-1] if hue != "condition" else "")
-    g.figure.suptitle(f"{label(y)} vs {label(x)}" + (f" (target {target:g} dashed)" if target and y == "test_acc" else ""),
+    g.figure.suptitle(f"{label(y)} vs {xlabel or label(x)}" + (f" (target {target:g} dashed)" if target and y == "test_acc" else ""),
                       y=1.02)
     save(g.figure, out)
     return g.figure
@@ -212,7 +234,7 @@ def _grouped_positions(xs, hs):
     return {(xv, hv): i + (j - (n - 1) / 2) * width for i, xv in enumerate(xs) for j, hv in enumerate(hs)}, width
 
 
-def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None):
+def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None, palette=None):
     """Virtual time to reach the target accuracy, per condition: bars = mean over the seeds
     that reached it (error bar: one standard deviation, `k/n` when only k of n did); a
     hatched grey bar up to the longest run's time marks a condition where none did."""
@@ -234,7 +256,7 @@ def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None):
     xs = list(dict.fromkeys(sorted(pr["_x"].unique(), key=lambda v: (isinstance(v, str), v)))) if len(pr) else []
     hs = list(dict.fromkeys(pr["_hue"]))
     pos, width = _grouped_positions(xs, hs)
-    colors = dict(zip(hs, sns.color_palette("tab10" if len(hs) <= 10 else "husl", len(hs))))
+    colors = hue_colours(hs, palette if palette is not None else C.palette(study, hue_, x))
     horizon = float(pr["virtual_time"].max()) if len(pr) else 1.0
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(xs) * max(1, len(hs)) * 0.45 + 2), 4.2))
@@ -261,109 +283,6 @@ def target_bars(study, target=None, x=None, hue=None, per_run=None, out=None):
         ax.legend(title=hue_.split(".")[-1] if hue_ != "condition" else None, fontsize=8, loc="upper left",
                   bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
-    save(fig, out)
-    return fig
-
-
-STATES = ["offline", "available", "aggregated", "selected, not aggregated", "dropped"]
-STATE_COLOURS = ["#f0f0f0", "#c6dbef", "#2171b5", "#fdae6b", "#e6550d"]
-
-
-def participation_matrix(clients):
-    """(clients x rounds) state codes from clients.csv: 0 offline, 1 available, 2 aggregated
-    (weight > 0), 3 selected but not aggregated, 4 dropped."""
-    rounds = np.array(sorted(clients["round"].unique()))
-    n = int(clients["client"].max()) + 1
-    m = np.zeros((n, len(rounds)), dtype=int)
-    code = np.select([clients["dropped"].to_numpy(bool), clients["weight"].to_numpy() > 0,
-                      clients["selected"].to_numpy(bool), clients["available"].to_numpy(bool)], [4, 2, 3, 1], 0)
-    m[clients["client"].to_numpy(), np.searchsorted(rounds, clients["round"].to_numpy())] = code
-    return m, rounds
-
-
-def participation_raster(run_dir, out=None, title=None):
-    """Clients x rounds raster of participation states. Returns the Figure."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    r = load_run(run_dir)
-    m, rounds = participation_matrix(r.clients)
-    fig, ax = plt.subplots(figsize=(min(14, 3 + 0.08 * len(rounds)), min(10, 2 + 0.06 * m.shape[0])))
-    ax.imshow(m, aspect="auto", interpolation="nearest", cmap=ListedColormap(STATE_COLOURS), vmin=0, vmax=4,
-              extent=(rounds[0] - 0.5, rounds[-1] + 0.5, m.shape[0] - 0.5, -0.5))
-    ax.set_xlabel("round")
-    ax.set_ylabel("client")
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(title or f"participation: {r.name}")
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in zip(STATES, STATE_COLOURS)],
-              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    fig.tight_layout()
-    if out is not None:
-        save(fig, out)
-    return fig
-
-
-def local_steps(study, run=None, hue=None, col=None, out=None):
-    """Local steps per client per round (the selected clients; T-SFL: tau). One run: a box per
-    client, coloured by device group. Several: the mean per client, one line per condition
-    (band over seeds)."""
-    study = _study(study)
-    c = study.clients
-    if c.empty:
-        raise ValueError("no clients.csv rows in this study")
-    c = c[c["selected"].astype(bool)]
-    sns.set_theme(style="whitegrid")
-    fixed = c.groupby("condition")["steps"].unique() if len(c) else pd.Series(dtype=object)
-    if len(fixed) and all(len(v) == 1 for v in fixed):
-        return _fixed_steps(fixed.map(lambda v: int(v[0])), out)
-    if run is not None or len(study.runs) == 1:
-        rid = run if run is not None else next(iter(study.runs))
-        d = c[c["run"] == rid]
-        fig, ax = plt.subplots(figsize=(min(14, 3 + 0.3 * d["client"].nunique()), 4))
-        sns.boxplot(data=d, x="client", y="steps", hue="group" if "group" in d else None, ax=ax, dodge=False,
-                    fliersize=2, linewidth=0.8)
-        ax.set_title(f"local steps per round: {rid}", fontsize=10)
-        ax.set_xlabel("client")
-        ax.set_ylabel("local steps per round")
-        if ax.get_legend() is not None:
-            ax.legend(title="group", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-        fig.tight_layout()
-        save(fig, out)
-        return fig
-    hue, col = roles(study, hue, col)
-    series = _series(study, hue, col)
-    per = c.groupby(["run", "client"], as_index=False)["steps"].mean()
-    per[hue] = per["run"].map(series)
-    steps = c.assign(_h=c["run"].map(series)).groupby("_h")["steps"].unique()
-    per[hue] = per[hue].replace({h: f"{h} (every client ran {int(v[0])} steps)" for h, v in steps.items() if len(v) == 1})
-    if col:
-        per[col] = per["run"].map(study.summary.set_index("run")[col])
-    g = sns.relplot(data=per, x="client", y="steps", hue=hue, col=col,
-                    col_wrap=_wrap(per[col].nunique()) if col else None, kind="line", errorbar="sd", marker="o",
-                    markersize=3, height=3.2, aspect=1.35)
-    g.set_axis_labels("client", "mean local steps per round")
-    if col:
-        g.set_titles(f"{col.split('.')[-1]} = {{col_name}}")
-    if g.legend is not None:
-        g.legend.set_title(hue.split(".")[-1] if hue != "condition" else "")
-    g.figure.suptitle("local steps per client (selected rounds; mean over seeds)", y=1.02)
-    save(g.figure, out)
-    return g.figure
-
-
-def _fixed_steps(steps: pd.Series, out=None):
-    """The local-steps figure when no client's steps varied: a sentence, not a flat line.
-    `steps`: condition -> the steps every selected client ran."""
-    values = sorted(set(steps))
-    if len(values) == 1:
-        text = f"every client ran {values[0]} local steps in every round it was selected"
-    else:
-        text = "every client ran a fixed number of local steps per round:\n" + "\n".join(
-            f"{cond}: {e}" for cond, e in steps.items())
-    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.25 * text.count("\n")))
-    ax.axis("off")
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=11, transform=ax.transAxes)
-    ax.set_title("local steps per client", fontsize=10)
     save(fig, out)
     return fig
 
@@ -396,7 +315,7 @@ def latency_breakdown(study, per_run=None, out=None):
     return fig
 
 
-def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None):
+def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None, palette=None):
     """Two panels against a swept numeric axis `x` (e.g. T-SFL's heterogeneity a, delta =
     a^2): the virtual time the run took (its fixed number of aggregations or budget) and the
     virtual time to the target accuracy; one line per hue value (mean over seeds, sd band)."""
@@ -408,13 +327,14 @@ def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None):
     pr = pr[pr["status"].isin(["complete", "diverged", "stalled", "stopped"])].copy()
     pr["_hue"] = pr["run"].map(_series(study, hue_, x))
     pr[x] = pd.to_numeric(pr[x], errors="coerce")
+    colours = hue_colours(pr["_hue"], palette if palette is not None else C.palette(study, hue_, x))
     sns.set_theme(style="whitegrid")
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     panels = [("virtual_time", "virtual time of the run (s)")]
     if target is not None and "time_to_target" in pr:
         panels.append(("time_to_target", f"virtual time to {target:g} accuracy (s)"))
     for ax, (col, lab) in zip(axes, panels):
-        sns.lineplot(data=pr, x=x, y=col, hue="_hue", marker="o", errorbar="sd", ax=ax)
+        sns.lineplot(data=pr, x=x, y=col, hue="_hue", marker="o", errorbar="sd", ax=ax, palette=colours)
         ax.set_xlabel(label(x))
         ax.set_ylabel(lab)
         if ax.get_legend() is not None:
@@ -424,3 +344,9 @@ def times_vs_axis(study, x: str, target=None, hue=None, per_run=None, out=None):
     fig.tight_layout()
     save(fig, out)
     return fig
+
+
+# figures of their own modules, importable from here as before
+from .participation_plots import (STATE_COLOURS, STATES, participation_matrix,  # noqa: E402,F401
+                                  participation_raster, participation_states)
+from .steps_plots import local_steps  # noqa: E402,F401

@@ -4,14 +4,17 @@ beside its PNG figures.
     analysis.report.write("runs/studies/stragglers")            # -> runs/studies/stragglers/report.html
     analysis.report.write(["runs/a", "runs/b"], out="ab.md")    # Markdown + ab_figures/*.png
 
-Contents: what was run (the base scenario in a few lines, the swept values, seeds, how many
-runs finished or failed), the comparison table (mean ± std over seeds per condition), the
-figures (accuracy and loss vs virtual time and vs rounds, time to target, round-latency
-breakdown, local steps per client, participation rasters), who the model serves (per device
-group: shares of the clients, data, selections, weight and steps; accuracy against virtual
-time and the per-client accuracy CDFs, one colour per group), failures with their errors,
-every run's metrics, and the definitions of the metrics. Every figure is also written as
-PNG and SVG under `figures/` next to the report.
+Contents: what was run (the base scenario in a few lines and one table of what differs
+between the conditions, the swept values, seeds, how many runs finished or failed), the
+comparison table (mean ± std over seeds per condition), the figures (accuracy and loss vs
+virtual time, accuracy vs rounds, and vs merges for asynchronous runs on an axis of their
+own, time to target, round-latency breakdown, local steps per client, participation of every
+condition; one colour per condition in every comparison figure, `conditions.palette`), who
+the model serves (per device group: shares of the clients, data, selections, weight and
+steps; accuracy against virtual time and the per-client accuracy CDFs, one colour per
+group), failures with their errors, every run's metrics, and a glossary defining every
+column of those tables. Every figure is also written as PNG and SVG under `figures/` next
+to the report.
 """
 from __future__ import annotations
 
@@ -27,29 +30,20 @@ import pandas as pd
 
 from emulator.runs import outputs
 
+from . import conditions as C
 from . import fairness_plots as FP
+from . import glossary as G
 from . import metrics as M
+from . import participation_plots as PP
 from . import plots as P
 from .load import Study, load
+from .scenario_table import differences, scenario_section
 
 TABLE_COLUMNS = [("runs", "runs", None), ("reached", "reached", None), ("time_to_target", "time to target (s)", 1),
                  ("rounds_to_target", "rounds to target", 1), ("acc_at_budget", "acc. at budget", 3),
                  ("final_acc", "final acc.", 3), ("auc", "AUC (mean acc.)", 3),
                  ("straggler_share", "straggler share", 2), ("round_time_s", "round time (s)", 2),
                  ("participation_cv", "particip. CV", 2), ("tau_avg", "tau avg", 1), ("heterogeneity", "delta", 2)]
-
-DEFINITIONS = [
-    ("time / rounds to target", "virtual time and aggregations until the first evaluation at or above the target accuracy (mean over the seeds that reached it; `reached` counts them)"),
-    ("acc. at budget", "the last evaluated test accuracy at or before the time budget"),
-    ("AUC (mean acc.)", "area under the accuracy-vs-virtual-time step curve divided by the horizon (the same for every run): the time-averaged accuracy"),
-    ("straggler share", "share of the round time spent after the median selected client had finished, waiting on the slowest (0 for async and T-SFL intervals, whose server never waits)"),
-    ("round time", "mean seconds per aggregation; the latency figure splits it into compute, communication and waiting (mean over selected clients)"),
-    ("particip. CV", "coefficient of variation over clients of the share of aggregations each client was in (0: everyone equally)"),
-    ("tau avg", "FedSUM delay metric: mean over aggregations of t - (oldest last-aggregation round among clients)"),
-    ("delta", "T-SFL heterogeneity degree: population variance over clients of the local iterations tau, mean over aggregations"),
-    ("per device group", "its share of the clients, of the training data, of the selected rows, of the aggregation weight (weight > 0) and of the SGD steps in clients.csv; accuracy: the mean accuracy of its clients at the last evaluation, each on its own local test rows (client_eval.csv)"),
-]
-
 
 def _fig_bytes(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
@@ -85,83 +79,6 @@ def _short(path: str) -> str:
     return ".".join(parts[-2:]) if parts[-1] in ("name", "model", "mode") and len(parts) > 1 else parts[-1]
 
 
-def _scenario_lines(cfg: dict) -> list:
-    """A run's scenario in a few lines (workload, clients, protocol, algorithm, stop)."""
-    if not cfg:
-        return []
-    w = cfg.get("workload") or {}
-    lines = []
-    if w:
-        lines.append(f"workload: {w.get('dataset', {}).get('name')} / {w.get('model', {}).get('name')}, "
-                     f"partition {(w.get('partition') or {}).get('name', 'default')}, batch {w.get('batch_size')}")
-    cl = cfg.get("clients") or {}
-    groups = ", ".join(f"{g.get('name')} ({g.get('fraction') or g.get('count')}: compute "
-                       f"{(g.get('compute') or {}).get('model')}, availability {(g.get('availability') or {}).get('model', 'always')})"
-                       for g in cl.get("groups", []))
-    lines.append(f"clients: {cl.get('count')} in groups {groups}")
-    lines.append(f"protocol: {_block(cfg.get('protocol'), skip=('name', 'engine'))}")
-    lines.append(f"algorithm: {_block(cfg.get('algorithm'), skip=('name',))}")
-    r = cfg.get("run") or {}
-    stop = ", ".join(f"{k} {v}" for k, v in r.items() if k in ("rounds", "virtual_time", "target_accuracy"))
-    lines.append(f"run: {stop}")
-    return lines
-
-
-def _block(b, skip=()) -> str:
-    """`name (key value, key value, ...)` of a component block; nested blocks in brackets."""
-    if not isinstance(b, dict):
-        return str(b)
-
-    def val(v):
-        if isinstance(v, dict):
-            inner = ", ".join(f"{k} {val(x)}" for k, x in v.items() if x is not None)
-            return f"[{inner}]"
-        return str(v)
-    params = ", ".join(f"{k} {val(v)}" for k, v in b.items() if k not in skip and v is not None and v != {})
-    return f"{b.get('name')}" + (f" ({params})" if params else "")
-
-
-def scenario_section(study: Study) -> list:
-    """[(heading, lines)]: what every run shares, then, per condition, what sets it apart
-    (each condition described by its first run's resolved scenario)."""
-    per, flat = {}, {}
-    for _, row in study.summary.iterrows():
-        run = study.runs.get(row["run"])
-        if run is not None and row["condition"] not in per:
-            per[row["condition"]] = _scenario_lines(run.config)
-            flat[row["condition"]] = _leaves({k: v for k, v in (run.config or {}).items()
-                                              if k not in ("name", "seed", "output")})
-    if not per:
-        return []
-    all_lines = list(per.values())
-    common = [x for x in all_lines[0] if all(x in lines for lines in all_lines)]
-    paths = sorted({k for f in flat.values() for k in f if len({str(g.get(k)) for g in flat.values()}) > 1})
-    if len(study.runs) == 1:
-        return [("the run", common)]
-    if not paths and all(lines == common for lines in all_lines):
-        return [("every run (the same scenario)", common)]
-    out = [("every run", common)]
-    if len(per) > 1:
-        for cond, lines in per.items():
-            diff = ", ".join(f"{k} = {flat[cond].get(k, '-')}" for k in paths)
-            out.append((cond, ([f"differs in: {diff}"] if diff else [])
-                        + [x for x in lines if x not in common] or ["(as above)"]))
-    return out
-
-
-def _leaves(d, prefix="") -> dict:
-    """{dotted.path: value} of every scalar in a nested config (list items as [i])."""
-    out = {}
-    items = d.items() if isinstance(d, dict) else enumerate(d)
-    for k, v in items:
-        path = f"{prefix}[{k}]" if isinstance(k, int) else (f"{prefix}.{k}" if prefix else str(k))
-        if isinstance(v, (dict, list)) and v:
-            out.update(_leaves(v, path))
-        else:
-            out[path] = v
-    return out
-
-
 def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
     """[(title, png path, caption)] — each also written as SVG."""
     figs = []
@@ -174,37 +91,35 @@ def _figures(study: Study, fig_dir: Path, target, per_run) -> list:
             return
         plt.close(fig)
         figs.append((title, fig_dir / f"{name}.png", caption))
+    palette = C.palette(study)            # one colour per condition in every comparison figure
     add("accuracy_vs_time", "Test accuracy vs virtual time",
         "Latency vs accuracy: mean over seeds, band = one standard deviation; dashed: the target.",
-        lambda o: P.curves(study, "test_acc", "virtual_time", target=target, out=o))
-    add("accuracy_vs_rounds", "Test accuracy vs rounds", "The same runs against aggregations.",
-        lambda o: P.curves(study, "test_acc", "round", target=target, out=o))
+        lambda o: P.curves(study, "test_acc", "virtual_time", target=target, out=o, palette=palette))
+    _rounds_figures(study, add, target, palette)
     add("loss_vs_time", "Test loss vs virtual time", "",
-        lambda o: P.curves(study, "test_loss", "virtual_time", out=o))
+        lambda o: P.curves(study, "test_loss", "virtual_time", out=o, palette=palette))
     if target is not None:
         add("time_to_target", f"Virtual time to {target:g} test accuracy",
             "Mean over the seeds that reached it; k/n: only k of n seeds did; hatched: none did.",
-            lambda o: P.target_bars(study, target=target, per_run=per_run, out=o))
+            lambda o: P.target_bars(study, target=target, per_run=per_run, out=o, palette=palette))
     x = ((study.meta or {}).get("report") or {}).get("x")
     if x and x in study.summary and pd.to_numeric(study.summary[x], errors="coerce").notna().all():
         add(f"times_vs_{x}", f"Virtual time against {x}",
             "The virtual time each run took, and its virtual time to the target accuracy, as the swept axis grows (mean over seeds).",
-            lambda o: P.times_vs_axis(study, x=x, target=target, per_run=per_run, out=o))
+            lambda o: P.times_vs_axis(study, x=x, target=target, per_run=per_run, out=o, palette=palette))
     add("latency_breakdown", "Round latency breakdown",
         "Seconds per aggregation, mean over the selected clients: computing, communicating, and waiting for the round to close.",
         lambda o: P.latency_breakdown(study, per_run=per_run, out=o))
     if len(study.clients):
-        add("local_steps", "Local steps per client", "Steps each client completed in the rounds it was selected (T-SFL: its iterations tau).",
-            lambda o: P.local_steps(study, out=o))
+        add("local_steps", "Local steps per client", "Steps each client completed in the rounds it was selected "
+            "(T-SFL: its iterations tau); mean over seeds, bar: one standard deviation.",
+            lambda o: P.local_steps(study, out=o, palette=palette))
         _timeline_figure(study, add)
-        hue, _ = P.roles(study)
-        s = study.summary[study.summary["run"].isin(list(study.runs))]
-        picks = s.drop_duplicates(subset=[hue] if hue in s else ["condition"]).head(6)
-        for _, r in picks.iterrows():
-            name = f"participation_{len(figs)}"
-            add(name, f"Participation: {r['condition']} (seed {r['seed']})",
-                "Clients x rounds: offline, available, aggregated, selected but not aggregated, dropped.",
-                lambda o, d=r["dir"], t=r["condition"]: P.participation_raster(d, o, title=f"participation: {t}"))
+        add("participation", "Participation of every condition",
+            "Per condition, each client's share of the rounds (asynchronous: of its jobs) in which it was offline, "
+            "available, aggregated, selected but not aggregated, or dropped; mean over seeds. One run round by "
+            "round: flemu plot participation RUN.",
+            lambda o: PP.participation_states(study, out=o))
     return figs
 
 
@@ -218,6 +133,24 @@ def _timeline_figure(study: Study, add) -> None:
             "What each client did when (first ten rounds): download, compute, upload, late or cut, offline, idle; "
             "solid lines: aggregations, dashed: deadlines. `flemu timeline RUN` draws any window.",
             lambda o: TD.gantt(TL.load(d, (1, 10), 40), o))
+
+
+def _rounds_figures(study: Study, add, target, palette) -> None:
+    """Accuracy against aggregations: synchronous runs against rounds; runs whose protocol
+    merges every arrival (asynchronous) against merges, a figure of their own, so that a few
+    thousand merges do not squeeze the rounds to a line at 0."""
+    merges = C.merge_runs(study)
+    rounds = [r for r in study.runs if r not in merges]
+    if rounds:
+        add("accuracy_vs_rounds", "Test accuracy vs rounds",
+            "The synchronous runs against aggregations (rounds)" + (
+                "; asynchronous runs merge every arrival and are drawn against merges below." if merges else "."),
+            lambda o: P.curves(study, "test_acc", "round", target=target, out=o, palette=palette, runs=rounds))
+    if merges:
+        add("accuracy_vs_merges", "Test accuracy vs merges (asynchronous)",
+            "The asynchronous runs against the server's merges (one per arriving update): not comparable to rounds.",
+            lambda o: P.curves(study, "test_acc", "round", target=target, out=o, palette=palette, runs=merges,
+                               xlabel="merges (one per arriving update)"))
 
 
 def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = None,
@@ -245,14 +178,22 @@ def write(paths, out=None, fmt: Optional[str] = None, target: Optional[float] = 
     first = next(iter(study.runs.values()), None)
     title = study.meta.get("name") or (first.name if first is not None and len(study.runs) == 1 else "flemu runs")
     facts = _facts(study, target, budget)
-    scen = scenario_section(study)
+    scen, diffs = scenario_section(study), differences(study)
     runs = every_run_table(per_run[per_run["status"].isin(M.FINISHED)], study.axes)
+    gloss = glossary(study, diffs, table, serves, failed, runs)
     if fmt == "md":
-        text = _markdown(title, facts, scen, table, figs, failed, runs, out, serves)
+        text = _markdown(title, facts, scen, table, figs, failed, runs, out, serves, diffs=diffs, gloss=gloss)
     else:
-        text = _html(title, facts, scen, table, figs, failed, runs, serves)
+        text = _html(title, facts, scen, table, figs, failed, runs, serves, diffs=diffs, gloss=gloss)
     out.write_text(f"{outputs.REPORT_MARK}\n{text}")    # the mark: flemu may replace it next time
     return out
+
+
+def glossary(study: Study, diffs, table, serves, failed, runs) -> list:
+    """[(column header, definition)] of every column of every table the report shows."""
+    tables = [diffs, table, serves[1] if serves is not None else None,
+              failed[["run", "status", "error"]] if len(failed) else None, runs]
+    return G.entries(tables, axes=study.axes, paths=list(diffs.columns[1:]))
 
 
 RUN_COLUMNS = [("seed", "seed", None), ("status", "status", None), ("final_acc", "final acc.", 3),
@@ -299,7 +240,8 @@ CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-
 h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
-img{max-width:100%}.err{color:#b00}.wide{overflow-x:auto}table.runs td{font-size:.95em}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}"""
+img{max-width:100%}.err{color:#b00}.wide{overflow-x:auto}table.runs td{font-size:.95em}code{background:#f4f4f4;padding:0 .2em}ul{line-height:1.5}
+table.differences td{text-align:left}dl.glossary dt{font-weight:bold}dl.glossary dd{margin:0 0 .4em 1.5em}"""
 
 
 def _html_figures(figs, e) -> list:
@@ -313,13 +255,28 @@ def _html_figures(figs, e) -> list:
     return parts
 
 
-def _html(title, facts, scen, table, figs, failed, runs, serves=None) -> str:
+def _html_scenario(scen, diffs, e) -> list:
+    """The scenario section: what every run shares, then the table of what differs."""
+    if not scen:
+        return []
+    parts = ["<h2>Scenario</h2>" + "".join(
+        f"<h3>{e(str(head))}</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>" for head, lines in scen)]
+    if diffs is not None and len(diffs):
+        parts.append("<h3>what differs between the conditions</h3><div class='wide'>"
+                     + html_table(diffs, "differences") + "</div>")
+    return parts
+
+
+def _html_glossary(gloss, e) -> str:
+    return ("<h2>Glossary</h2><p>Every column of the tables above.</p><dl class='glossary'>"
+            + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in gloss) + "</dl>")
+
+
+def _html(title, facts, scen, table, figs, failed, runs, serves=None, diffs=None, gloss=()) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>flemu report: {e(str(title))}</h1><ul>" + "".join(f"<li>{e(f)}</li>" for f in facts) + "</ul>"]
-    if scen:
-        parts.append("<h2>Scenario</h2>" + "".join(
-            f"<h3>{e(str(head))}</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>" for head, lines in scen))
+    parts += _html_scenario(scen, diffs, e)
     parts.append("<h2>Comparison</h2>" + table.to_html(index=False, escape=True, border=0))
     parts.append("<h2>Figures</h2>")
     parts += _html_figures(figs, e)
@@ -333,7 +290,7 @@ def _html(title, facts, scen, table, figs, failed, runs, serves=None) -> str:
         parts.append("<h2>Runs left out</h2>" + failed[["run", "status", "error"]].to_html(index=False, escape=True, border=0,
                                                                                         classes="err"))
     parts.append("<h2>Every run</h2><div class='wide'>" + html_table(runs, "runs") + "</div>")
-    parts.append("<h2>Definitions</h2><ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in DEFINITIONS) + "</ul>")
+    parts.append(_html_glossary(gloss, e))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -364,12 +321,14 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _markdown(title, facts, scen, table, figs, failed, runs, out: Path, serves=None) -> str:
+def _markdown(title, facts, scen, table, figs, failed, runs, out: Path, serves=None, diffs=None, gloss=()) -> str:
     parts = [f"# flemu report: {title}", "", *[f"- {f}" for f in facts], ""]
     if scen:
         parts += ["## Scenario", ""]
         for head, lines in scen:
             parts += [f"### {head}", "", *[f"- {x}" for x in lines], ""]
+        if diffs is not None and len(diffs):
+            parts += ["### what differs between the conditions", "", md_table(diffs), ""]
     parts += ["## Comparison", "", md_table(table), "", "## Figures", ""]
     for t, p, cap in figs:
         if p is None:
@@ -385,5 +344,6 @@ def _markdown(title, facts, scen, table, figs, failed, runs, out: Path, serves=N
                 [f"### {t}", "", f"![{t}]({p.relative_to(out.parent).as_posix()})", "", cap, ""]
     if len(failed):
         parts += ["## Runs left out", "", md_table(failed[["run", "status", "error"]]), ""]
-    parts += ["## Every run", "", md_table(runs), "", "## Definitions", "", *[f"- **{k}**: {v}" for k, v in DEFINITIONS], ""]
+    parts += ["## Every run", "", md_table(runs), "", "## Glossary", "", "Every column of the tables above.", "",
+              *[f"- **{k}**: {v}" for k, v in gloss], ""]
     return "\n".join(parts)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))            # analysis/, when run as `python docs/tsfl_results.py`
 RULES = [("fedavg", "FedAvg"), ("fedprox", "FedProx (μ = 0.01)"), ("fedasync", "FedAsync (fn. 2, γ = 0.5)"),
          ("dms", "DMS, fixed constants (default)"), ("dms_est", "DMS, estimated constants"),
          ("dms_neg", "DMS, mirrored slope −s"), ("dms_est_cap2", "DMS, estimated constants, cap θ = 2")]
@@ -127,44 +128,66 @@ def tables(df: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+MAX_WIDTH_PX = 1280        # the figure fits a 1280-pixel window at the report's dpi
+PANEL_COLUMNS = 3          # panels per row: six settings as a 3 x 2 grid
+
+
+def _panel(ax, df: pd.DataFrame, s: str, name: str) -> None:
+    """One setting: per DMS rule, the weighted survivors (mean over seeds, band: min-max) and
+    the survivors |S| (dotted) per interval."""
+    for v, color, label in (("dms", "tab:blue", "fixed constants"), ("dms_est", "tab:red", "estimated constants"),
+                            ("dms_est_cap2", "tab:green", "estimated, cap θ = 2")):
+        g = df[(df["setting"] == s) & (df["variant"] == v)]
+        if g.empty:
+            continue
+        ws, ss = [], []
+        for d in g["run_dir"]:
+            m = pd.read_csv(d / "metrics.csv")
+            m = m[m["round"] > 0]
+            ws.append(m["weighted"].to_numpy(float))
+            ss.append(m["survivors"].to_numpy(float))
+        W, S = np.vstack(ws), np.vstack(ss)
+        x = np.arange(1, W.shape[1] + 1)
+        ax.plot(x, W.mean(0), color=color, label=f"{label}: weighted")
+        ax.fill_between(x, W.min(0), W.max(0), color=color, alpha=0.15, lw=0)
+        ax.plot(x, S.mean(0), color=color, ls=":", lw=1, label=f"{label}: survivors |S|")
+    ax.set_title(name, fontsize=10)
+    ax.set_xlabel("interval")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+
+
 def figure(df: pd.DataFrame, path: Path):
+    """The survivors figure: one panel per setting, wrapped into rows of PANEL_COLUMNS so that
+    it is at most MAX_WIDTH_PX wide (at analysis.plots.DPI) and readable at that size."""
+    import math
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from analysis.plots import DPI
     present = [(s, n) for s, n in SETTINGS if not df[(df["setting"] == s) & df["variant"].isin(["dms", "dms_est"])].empty]
-    fig, axes = plt.subplots(1, len(present), figsize=(3.2 * len(present), 3.0), sharey=False, squeeze=False)
-    for ax, (s, name) in zip(axes[0], present):
-        for v, color, label in (("dms", "tab:blue", "fixed constants"), ("dms_est", "tab:red", "estimated constants"),
-                                ("dms_est_cap2", "tab:green", "estimated, cap θ = 2")):
-            g = df[(df["setting"] == s) & (df["variant"] == v)]
-            if g.empty:
-                continue
-            ws, ss = [], []
-            for d in g["run_dir"]:
-                m = pd.read_csv(d / "metrics.csv")
-                m = m[m["round"] > 0]
-                ws.append(m["weighted"].to_numpy(float))
-                ss.append(m["survivors"].to_numpy(float))
-            W, S = np.vstack(ws), np.vstack(ss)
-            x = np.arange(1, W.shape[1] + 1)
-            ax.plot(x, W.mean(0), color=color, label=f"{label}: weighted")
-            ax.fill_between(x, W.min(0), W.max(0), color=color, alpha=0.15, lw=0)
-            ax.plot(x, S.mean(0), color=color, ls=":", lw=1, label=f"{label}: survivors |S|")
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("interval")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("clients per interval")
-    handles, labels = {}, {}
-    for ax in axes[0]:                                   # the union of the panels' entries
+    cols = min(PANEL_COLUMNS, len(present))
+    rows = math.ceil(len(present) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(min(3.5 * cols, MAX_WIDTH_PX / DPI - 0.1), 2.9 * rows + 0.9),
+                             sharey=False, squeeze=False)
+    for ax, (s, name) in zip(axes.flat, present):
+        _panel(ax, df, s, name)
+    for ax in axes.flat[len(present):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("clients per interval")
+    handles = {}
+    for ax in axes.flat:                                   # the union of the panels' entries
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    handles, labels = list(handles.values()), list(handles)
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle("DMS: survivors that keep a weight (mean over seeds, band = min-max)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.16, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
+    return fig
 
 
 def main():

@@ -105,7 +105,7 @@ def test_compare_and_report_leave_out_empty_and_failed_runs_saying_why(tmp_path)
     assert code == 0 and "## Runs left out" in md
     left, every = md.split("## Runs left out")[1].split("## Every run")
     assert "late2 | failed | contract broken" in left and "late | empty | no aggregation" in left
-    assert "| ok " in every and "late" not in every.split("## Definitions")[0]
+    assert "| ok " in every and "late" not in every.split("## Glossary")[0]
 
 
 def test_a_resumed_sweep_keeps_empty_runs_and_retry_failed_reruns_them(tmp_path):
