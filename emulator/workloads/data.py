@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
@@ -9,18 +10,11 @@ from typing import Optional
 import numpy as np
 
 
-class RowRanges(Sequence):
-    """Client indices of a data set stored client after client: client k's rows are
-    `bounds[k]` .. `bounds[k + 1] - 1`, handed out as a fresh `np.arange` (int64) when asked.
-    One int64 per client instead of an index array each (about 0.4 KB a client at 40 rows:
-    docs/client-state.md)."""
+class _Bounded(Sequence):
+    """A sequence of clients whose rows are delimited by `bounds` (client k: `bounds[k]` ..
+    `bounds[k + 1] - 1`); subclasses say what they hand out for that range."""
 
     __slots__ = ("bounds",)
-
-    def __init__(self, sizes):
-        sizes = np.asarray(sizes, dtype=np.int64)
-        self.bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=self.bounds[1:])
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -32,14 +26,35 @@ class RowRanges(Sequence):
             k += n
         if not 0 <= k < n:
             raise IndexError(f"client {k} of {n}")
-        return np.arange(self.bounds[k], self.bounds[k + 1])
+        return self._rows(int(self.bounds[k]), int(self.bounds[k + 1]))
+
+    @abstractmethod
+    def _rows(self, start: int, end: int) -> np.ndarray:
+        """The rows of the client whose range is start .. end - 1."""
 
 
-class IndexRows(Sequence):
+class RowRanges(_Bounded):
+    """Client indices of a data set stored client after client: client k's rows are
+    `bounds[k]` .. `bounds[k + 1] - 1`, handed out as a fresh `np.arange` (int64) when asked.
+    One int64 per client instead of an index array each (about 0.4 KB a client at 40 rows:
+    docs/client-state.md)."""
+
+    __slots__ = ()
+
+    def __init__(self, sizes):
+        sizes = np.asarray(sizes, dtype=np.int64)
+        self.bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.bounds[1:])
+
+    def _rows(self, start: int, end: int) -> np.ndarray:
+        return np.arange(start, end, dtype=np.int64)
+
+
+class IndexRows(_Bounded):
     """Client indices of a partition: every client's rows in one flat int64 array, client k's
     being `rows[bounds[k]:bounds[k + 1]]` (a view), instead of an array object per client."""
 
-    __slots__ = ("rows", "bounds")
+    __slots__ = ("rows",)
 
     def __init__(self, per_client):
         sizes = np.fromiter((len(ix) for ix in per_client), dtype=np.int64, count=len(per_client))
@@ -48,17 +63,8 @@ class IndexRows(Sequence):
         self.rows = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in per_client]) if len(sizes) else \
             np.zeros(0, np.int64)
 
-    def __len__(self) -> int:
-        return len(self.bounds) - 1
-
-    def __getitem__(self, k):
-        n = len(self)
-        k = operator.index(k)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(f"client {k} of {n}")
-        return self.rows[self.bounds[k]:self.bounds[k + 1]]
+    def _rows(self, start: int, end: int) -> np.ndarray:
+        return self.rows[start:end]
 
 
 @dataclass
