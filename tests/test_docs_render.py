@@ -85,3 +85,19 @@ def test_maths_and_styles_are_served_from_the_site_itself():
     css = (ROOT / "docs/assets/katex/katex.min.css").read_text()
     for font in set(re.findall(r"fonts/(KaTeX_[\w-]+\.woff2)", css)):
         assert (ROOT / "docs/assets/katex/fonts" / font).is_file(), font
+
+
+def _api_names() -> list:
+    import emulator.api
+    return list(emulator.api.__all__)
+
+
+def test_every_exported_name_is_in_the_export_table_and_on_one_api_page():
+    text = (ROOT / "docs" / "write-your-own.md").read_text()
+    table = text[text.index("## 9. What `emulator.api` exports"):text.index("The package ships")]
+    in_table = set(re.findall(r"`(\w+)`", table))
+    pages = {p.name: p.read_text() for p in (ROOT / "docs" / "api").glob("*.md")}
+    for name in _api_names():
+        assert name in in_table, f"{name} is exported by emulator.api but missing from write-your-own's table"
+        on = [p for p, body in pages.items() if re.search(rf"^::: emulator\.api\.{name}$", body, re.M)]
+        assert len(on) == 1, (name, on)

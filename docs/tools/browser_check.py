@@ -50,8 +50,8 @@ if(col){var right=col.getBoundingClientRect().right;
     if(e.closest('.md-typeset__scrollwrap')&&e.tagName!=='TABLE')return;
     var r=e.getBoundingClientRect(); if(r.width===0)return;
     var hidden=e.scrollWidth>e.clientWidth+1&&getComputedStyle(e).overflowX!=='visible'&&e.clientWidth>0;
-    /* an inline code span broken over two lines sticks out by its padding (a few px) */
-    var slack=getComputedStyle(e).display==='inline'?8:1;
+    /* inline content at a line's end (a code span's padding, a formula's subscript) may poke out a few px */
+    var slack=getComputedStyle(e).display.indexOf('inline')===0?8:1;
     if(hidden||r.right>right+slack){bad.push(e.tagName.toLowerCase()+(e.className?'.'+String(e.className).split(' ')[0]:'')
       +': '+(hidden?'content '+e.scrollWidth+' px in a '+e.clientWidth+' px box':'right edge '+Math.round(r.right)
       +' px past the column ('+Math.round(right)+' px)')+' \u2014 '+(e.textContent||'').trim().slice(0,60));}
