@@ -101,3 +101,44 @@ def test_every_exported_name_is_in_the_export_table_and_on_one_api_page():
         assert name in in_table, f"{name} is exported by emulator.api but missing from write-your-own's table"
         on = [p for p, body in pages.items() if re.search(rf"^::: emulator\.api\.{name}$", body, re.M)]
         assert len(on) == 1, (name, on)
+
+
+CHROMIUM = __import__("shutil").which("chromium")
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
+body {{ margin: 0; font: 16px sans-serif; }}
+.md-typeset pre > code {{ display: block; overflow: auto; white-space: pre; }}
+</style>{css}</head><body><article class="md-content__inner md-typeset" style="width: 600px">
+<p>Text that wraps as text does, and a code block below.</p>
+<pre><code>{code}</code></pre>{extra}
+</article></body></html>"""
+
+
+def _site(tmp_path, pages: dict) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    for name, html in pages.items():
+        (site / name).write_text(html)
+    return site
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
+def test_docs_check_fails_on_a_page_that_overflows_its_text_column(tmp_path):
+    """docs/tools/browser_check.py (make docs-check) in a real Chromium: a code line hidden behind
+    a scroll bar and an image wider than the column fail the page; the same code line with the
+    site's stylesheet (docs/assets/css/extra.css: code wraps) passes."""
+    sys.path.insert(0, str(ROOT / "docs" / "tools"))
+    import browser_check
+    css = "<style>" + (ROOT / "docs/assets/css/extra.css").read_text() + "</style>"
+    long_line = "flemu run scenarios/quickstart.yaml " + " ".join(f"--set run.x{i}=1" for i in range(20))
+    site = _site(tmp_path, {
+        "index.html": PAGE.format(css=css, code="short line", extra=""),
+        "code_scrolls.html": PAGE.format(css="", code=long_line, extra=""),
+        "code_wraps.html": PAGE.format(css=css, code=long_line, extra=""),
+        "wide_block.html": PAGE.format(css=css, code="x", extra='<div style="width: 900px; height: 10px"></div>'),
+    })
+    out = tmp_path / "shots"
+    args = ["--site", str(site), "--out", str(out), "--no-report", "--chromium", CHROMIUM, "--pages"]
+    assert browser_check.main(args + ["index.html", "code_wraps.html"]) == 0
+    assert browser_check.main(args + ["code_scrolls.html"]) == 1
+    assert browser_check.main(args + ["wide_block.html"]) == 1
+    assert (out / "code_wraps.png").stat().st_size > 0

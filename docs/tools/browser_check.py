@@ -47,6 +47,7 @@ var col=document.querySelector('.md-content__inner'), bad=[];
 if(col){var right=col.getBoundingClientRect().right;
   col.querySelectorAll('*').forEach(function(e){
     if(e.closest('.katex-mathml'))return;   /* KaTeX's MathML copy: for screen readers, never shown */
+    var k=e.closest('.katex'); if(k&&k!==e)return;   /* a formula is measured as a whole */
     if(e.closest('.md-typeset__scrollwrap')&&e.tagName!=='TABLE')return;
     var r=e.getBoundingClientRect(); if(r.width===0)return;
     var hidden=e.scrollWidth>e.clientWidth+1&&getComputedStyle(e).overflowX!=='visible'&&e.clientWidth>0;
