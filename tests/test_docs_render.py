@@ -33,6 +33,8 @@ BROKEN = {
     # a table inside a list item indented by 2: Python-Markdown ends the list there
     "table in a list item at 2 spaces": ("# Title\n\n- item:\n\n  | a | b |\n  |---|---|\n  | 1 | 2 |\n\n"
                                          "  After the table.\n- next\n", "FLM001"),
+    # an item right after an indented paragraph of the item before: glued to that paragraph
+    "item after an item's second paragraph": ("# Title\n\n- item\n\n    Its second paragraph.\n- next\n", "FLM001"),
     # a nested list at 2 spaces: Python-Markdown makes it a sibling, not a child
     "nested list at 2 spaces": ("# Title\n\n- outer\n  - inner\n- next\n", "FLM001"),
 }

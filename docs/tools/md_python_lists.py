@@ -8,7 +8,10 @@ plain text of a run-on paragraph. This rule (FLM001, `python-markdown-list-inden
 
 - a nested list marker whose indentation is not a multiple of 4;
 - a line after a blank line inside a list item indented by 1-3 spaces (or, one level deeper,
-  by anything that is not a multiple of 4).
+  by anything that is not a multiple of 4);
+- a list item right after an indented paragraph or table of the item before it, with no blank
+  line between: Python-Markdown reads the whole indented block as that item's content, so the
+  new item's marker and text are glued to the paragraph.
 
 Loaded by `docs/tools/lint_docs.py` with pymarkdown's `--add-plugin`; the rest of the rule
 set (blank lines around lists, tables, fences and headings, nested list indentation) is
@@ -34,6 +37,7 @@ class MdPythonLists(RulePlugin):
         self.in_list = False
         self.after_blank = False
         self.fence: str | None = None
+        self.block: int | None = None     # indentation of the item content block we are in
 
     def get_details(self) -> PluginDetailsV2:
         return PluginDetailsV2(
@@ -47,7 +51,7 @@ class MdPythonLists(RulePlugin):
         )
 
     def starting_new_file(self) -> None:
-        self.in_list, self.after_blank, self.fence = False, False, None
+        self.in_list, self.after_blank, self.fence, self.block = False, False, None, None
 
     def next_line(self, context: PluginScanContext, line: str) -> None:
         if self.fence is not None:                     # inside a fenced block: only its end counts
@@ -56,7 +60,7 @@ class MdPythonLists(RulePlugin):
                 self.fence = None
             return
         if not line.strip():
-            self.after_blank = True
+            self.after_blank, self.block = True, None
             return
         indent = len(line) - len(line.lstrip(" "))
         marker = MARKER.match(line)
@@ -64,8 +68,12 @@ class MdPythonLists(RulePlugin):
             if indent % 4:
                 self.report_next_line_error(context, indent + 1, extra_error_information=(
                     f"a list marker indented by {indent} spaces: use a multiple of 4"))
-            self.in_list = True
+            if self.block is not None and indent < self.block:
+                self.report_next_line_error(context, indent + 1, extra_error_information=(
+                    "a list item right after an indented block of the item before: put a blank line before it"))
+            self.in_list, self.block = True, None
         elif self.in_list and self.after_blank:
+            self.block = indent if indent else None
             if indent == 0:
                 self.in_list = False                   # the list ended before this line
             elif indent % 4:
