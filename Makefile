@@ -68,14 +68,19 @@ clean:
 	rm -rf runs .pytest_cache site site-check
 
 # the docs site (MkDocs + Material + mkdocstrings): regenerate the Scenario reference page
-# from the registry, then build every page in strict mode (a broken link fails) into site/
+# from the registry and the CLI reference from the CLI, lint every page's Markdown (pymarkdown:
+# lists and tables that Python-Markdown would render as run-on text; CONTRIBUTING.md, "Writing
+# docs"), then build every page in strict mode (a broken link fails) into site/
 docs: $(STAMP)
 	$(BIN)/python -m emulator.docs --write
+	$(BIN)/python docs/tools/cli_reference.py --write
+	$(BIN)/python docs/tools/lint_docs.py
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
-# open the built site and a report in headless Chromium (Debian: apt-get install chromium)
-# and screenshot them at 1280 x 900 into site-check/; prints each page's width and whether
-# anything is wider than the window
+# open every page of the built site and a report in headless Chromium (Debian: apt-get install
+# chromium) and screenshot them at 1280 x 900 into site-check/; prints each page's width and
+# what overflows its text column (a code line, table or formula behind a scroll bar, or past
+# the column's edge), and fails if anything does (about 5 min on 2 cores)
 docs-check: docs
 	$(BIN)/python docs/tools/browser_check.py --out site-check
 

@@ -163,7 +163,8 @@ def replace_block(text: str, name: str, body: str) -> str:
     pat = re.compile(rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
     if not pat.search(text):
         raise SystemExit(f"{PAGE}: no <!-- BEGIN {name} --> ... <!-- END {name} --> block")
-    return pat.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    # blank lines around the block: Python-Markdown (and the docs lint) want them around a table
+    return pat.sub(lambda m: m.group(1) + "\n" + body + "\n\n" + m.group(2), text)
 
 
 def render_page(text: str, r: pd.DataFrame) -> str:

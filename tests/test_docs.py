@@ -49,8 +49,13 @@ def test_site_builds_in_strict_mode(tmp_path):
                  "architecture.html", "changelog.html"):
         assert (site / page).exists(), page                 # .html links: the site reads from disk
     assert 'href="getting-started.html"' in (site / "index.html").read_text()
-    api = (site / "api.html").read_text()
-    assert "emulator.api.run" in api                       # mkdocstrings rendered the module
+    # mkdocstrings rendered the API reference, one page per kind (issue 39), with typed signatures
+    assert 'id="emulator.api.run"' in (site / "api" / "running.html").read_text()
+    algorithms = (site / "api" / "algorithms.html").read_text()
+    assert 'id="emulator.api.Arrival.vectors"' in algorithms and 'id="emulator.api.Algorithm"' in algorithms
+    assert "doc-signature" in algorithms
+    assert 'id="emulator.api.LocalRule"' in (site / "api" / "local-training.html").read_text()
+    assert "flemu run" in (site / "cli.html").read_text()
 
 
 def test_strict_build_fails_on_a_broken_anchor(tmp_path):

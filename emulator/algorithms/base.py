@@ -38,6 +38,18 @@ from .state import ClientStates
 
 @dataclass
 class AlgoContext:
+    """What the run gives an algorithm at construction.
+
+    Attributes:
+        task: the model index under multi-model FL; 0 otherwise.
+        dim: the model's number of parameters (the length of every vector).
+        num_clients: clients in the fleet.
+        client_sizes: training samples per client.
+        x0: the initial global parameters (flat).
+        rng: the run's `algorithm` random stream (its draws are recorded, so a run replays).
+        states: the per-client state store (`ClientStates`; created if not given).
+    """
+
     task: int                    # model index (multi-model FL); 0 otherwise
     dim: int                     # parameters of the model
     num_clients: int
@@ -55,7 +67,12 @@ class AlgoContext:
 @dataclass
 class Broadcast:
     """What the server sends down in round t: vectors (their size is declared by the
-    algorithm's `down_vectors`)."""
+    algorithm's `down_vectors`).
+
+    Attributes:
+        vectors: flat tensors of the model's size (the global model first, for most methods).
+        round: the round t this broadcast starts.
+    """
 
     vectors: list
     round: int
@@ -64,7 +81,13 @@ class Broadcast:
 @dataclass
 class Upload:
     """What a client sends up: vectors (possibly lazy; their size is declared by the
-    algorithm's `up_vectors`, known before anything is computed: it sets the upload time)."""
+    algorithm's `up_vectors`, known before anything is computed: it sets the upload time).
+
+    Attributes:
+        vectors: flat tensors or lazy references to the job's result (`JobFuture`).
+        result: the job's future, when the algorithm wants it resolved with the upload.
+        meta: small metadata the aggregation reads without resolving vectors (e.g. tau).
+    """
 
     vectors: list
     result: Optional[JobFuture] = None
@@ -73,7 +96,21 @@ class Upload:
 
 @dataclass
 class Arrival:
-    """An upload as the aggregation sees it: vectors resolved to tensors."""
+    """An upload as the aggregation sees it: vectors resolved to tensors.
+
+    Attributes:
+        client: the client's id (0 .. num_clients - 1).
+        round: the round whose broadcast the client trained from (earlier than the current
+            round for a stale arrival under an asynchronous protocol).
+        vectors: the `Upload.vectors` as flat tensors of the model's size, in the order the
+            algorithm's `upload` gave them; None when `reads` left this arrival out.
+        n_samples: the client's training samples.
+        steps: local steps the client ran (a deadline may cut them short).
+        train_loss: the mean training loss of the job.
+        meta: the `Upload.meta` the algorithm attached (e.g. T-SFL's tau).
+        selection_weight: the selection's weight for this client (docs/selection.md), None
+            when the selector gave none.
+    """
 
     client: int
     round: int                   # round whose broadcast the client trained from
@@ -88,7 +125,16 @@ class Arrival:
 @dataclass
 class Rows:
     """A round's arrivals as columns (the cohort path, `Algorithm.aggregate_rows`): row i is
-    client `clients[i]`, in arrival order."""
+    client `clients[i]`, in arrival order.
+
+    Attributes:
+        clients: client ids, one per row.
+        n_samples: training samples, one per row.
+        steps: local steps run, one per row.
+        params: row i's trained parameters (one flat tensor each).
+        train_loss: mean training loss, one per row.
+        selection_weight: the selection's weights, one per row, or None.
+    """
 
     clients: np.ndarray
     n_samples: np.ndarray
@@ -120,7 +166,19 @@ class Aggregation:
 class Algorithm(ABC):
     """An algorithm: `local_spec`, `upload` and `aggregate` are required (abstract); the rest
     have defaults. Declared per class: `supports`, `weights_total`, `down_vectors` /
-    `up_vectors`, `client_state`, and the class keywords `cohort_path` and `selection_weights`."""
+    `up_vectors`, `client_state`, and the class keywords `cohort_path` and `selection_weights`.
+
+    Args:
+        params (Params): the validated parameter model of the algorithm's block (`FedAvgParams`, or
+            the `Params` subclass it was registered with).
+        ctx: what the run gives the algorithm (`AlgoContext`).
+
+    Attributes:
+        p: the `params` given to the constructor (read-only by convention).
+        ctx: the `AlgoContext` given to the constructor.
+        x: the global parameters, one flat tensor of `ctx.dim` values (a clone of `ctx.x0` at
+            the start); `broadcast` sends it and `aggregate` replaces it.
+    """
 
     name = "?"
     supports: frozenset = frozenset({"rounds"})

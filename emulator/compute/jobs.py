@@ -22,7 +22,19 @@ Vector = Union[torch.Tensor, Lazy]
 
 @dataclass
 class LocalSpec:
-    """An algorithm's answer to "how does client i train in round t"."""
+    """An algorithm's answer to "how does client i train in round t".
+
+    Attributes:
+        start: the parameters the client starts from (a flat tensor, or a lazy vector).
+        rule: how the client trains (`LocalRule`, `OptimizerRule` or `TrainFunction`).
+        anchor: the proximal anchor (`prox_mu`); None: `start`.
+        correction: a vector added to every gradient (SCAFFOLD, FedSUM); None: none.
+        want_grad_mean: also return the mean raw gradient of the job.
+        probe: also return the gradient probes (docs/algorithms/tsfl.md 3.4).
+        buffers: the model's BatchNorm running statistics at the start (set by the protocol
+            for models with buffers).
+        vectors: named vectors the rule's pieces read (client state, ...; each may be lazy).
+    """
 
     start: Vector
     rule: ClientTraining                   # how the client trains (compute/training.py)

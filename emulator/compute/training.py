@@ -52,7 +52,13 @@ def _check_pieces(where: str, pieces: tuple, base: type) -> None:
 class GradientTraining(ClientTraining):
     """A rule that steps on a gradient built from functional pieces (pieces.py), in this order:
     per-sample transforms on each sample's data gradient, their mean, plus the terms'
-    gradients, then the gradient transforms."""
+    gradients, then the gradient transforms.
+
+    Args:
+        terms: `LossTerm`s whose gradients are added to the data gradient.
+        per_sample: `PerSampleTransform`s applied to each sample's gradient before the mean.
+        transforms: `GradTransform`s applied to the step's gradient, in order.
+    """
 
     terms: tuple = field(default=(), kw_only=True)        # LossTerm, ...
     per_sample: tuple = field(default=(), kw_only=True)   # PerSampleTransform, ...
@@ -79,10 +85,20 @@ class GradientTraining(ClientTraining):
 class LocalRule(GradientTraining):
     """How each local step updates w (PyTorch SGD semantics), g from the pieces (above):
 
-    g  = grad loss(w; batch)  [+ pieces]             stochastic gradient
-    g += weight_decay * w + prox_mu * (w - anchor) + correction
-    buf = momentum * buf + g      (buf = g at the first step)
-    w  -= lr[h] * (g + momentum * buf if nesterov else buf)
+        g  = grad loss(w; batch)  [+ pieces]             stochastic gradient
+        g += weight_decay * w + prox_mu * (w - anchor) + correction
+        buf = momentum * buf + g      (buf = g at the first step)
+        w  -= lr[h] * (g + momentum * buf if nesterov else buf)
+
+    Args:
+        lr: the learning rate: one value, or one per local step (the last repeats).
+        momentum: heavy-ball momentum (0: plain SGD).
+        weight_decay: L2 coefficient added to the gradient.
+        prox_mu: FedProx's proximal coefficient (the anchor is the job's start vector).
+        nesterov: Nesterov momentum.
+        terms: `LossTerm`s whose gradients are added to the data gradient.
+        per_sample: `PerSampleTransform`s applied to each sample's gradient before the mean.
+        transforms: `GradTransform`s applied to the step's gradient, in order.
     """
 
     lr: Union[float, tuple] = 0.01          # constant, or one value per step

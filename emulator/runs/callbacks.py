@@ -84,7 +84,7 @@ class RunContext:
         return self.world.tasks[model].algorithm.global_params().detach().cpu().numpy().copy()
 
     def checkpoint(self, model: int = 0) -> Path:
-        """Save the global model as checkpoints/round_<t>.npy in the run directory."""
+        """Save the global model as `checkpoints/round_<t>.npy` in the run directory."""
         d = self.files / "checkpoints"
         d.mkdir(exist_ok=True)
         suffix = "" if len(self.world.tasks) == 1 else f"_model{model}"
