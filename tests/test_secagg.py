@@ -41,6 +41,7 @@ def test_secagg_bytes_and_seconds_on_a_hand_computed_round(run_in, engine):
     R4 12 down / 108 up; each phase the slowest leg (here all links alike)."""
     plain = run_in(scenario(engine=engine), name="plain")
     sa = run_in(scenario({"protocol": "secagg"}, engine=engine), name="sa")
+    assert sa.summary["status"] == "complete", sa.summary.get("message")   # the bytes invariant holds
     setup = leg(70, UP) + leg(210, DOWN) + leg(300, UP) + leg(300, DOWN)
     unmask = leg(12, DOWN) + leg(108, UP)
     m, p = sa.metrics[sa.metrics["round"] > 0], plain.metrics[plain.metrics["round"] > 0]
@@ -64,6 +65,8 @@ def test_a_dropout_costs_the_survivors_the_unmasking_exchange(run_in, engine):
     sa = {"protocol": "secagg", "unmask": "on_dropout"}
     late = run_in(scenario(sa, slow_steps=10.0, deadline=2.0, engine=engine), name="late")
     ontime = run_in(scenario(sa, deadline=2.0, engine=engine), name="ontime")
+    for r in (late, ontime):
+        assert r.summary["status"] == "complete", r.summary.get("message")
     setup = leg(70, UP) + leg(210, DOWN) + leg(300, UP) + leg(300, DOWN)
     unmask = leg(12, DOWN) + leg(36, UP)
     m = late.metrics[late.metrics["round"] > 0]

@@ -130,7 +130,7 @@ def bytes_(world, metrics, clients) -> list:
             if nb != net.message_bytes(numel, direction):
                 bad.append(f"round {log.round}: a message of {numel} parameters counted as {nb} bytes")
                 break
-        sent = sum(m[1] for m in log.messages)
+        sent = sum(m[1] for m in log.messages) + log.protocol_bytes
         if sent != int(log.bytes_up.sum() + log.bytes_down.sum()):
             bad.append(f"round {log.round}: bytes recorded per client do not add up to the messages sent")
     if len(metrics) and "bytes_up" in metrics:

@@ -27,7 +27,7 @@ class SecureAggregationParams(Params):
 
 def secure_aggregation_problems(sc) -> list:
     """(YAML path, message) for a `secure_aggregation:` block where it cannot be modelled."""
-    if getattr(sc, "secure_aggregation", None) is None:
+    if sc.secure_aggregation is None:
         return []
     out = []
     if sc.protocol.name != "rounds":

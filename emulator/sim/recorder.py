@@ -71,6 +71,9 @@ class RoundLog:
         self.drop_reason: dict[int, str] = {}
         self.round_time = None   # the aggregation's duration (set when it is recorded)
         self.messages = []   # (numel, bytes, direction) of every completed transfer, for the invariant check
+        # bytes of protocol messages not sized as model messages (secure aggregation's key
+        # agreement, shares and unmasking: sim/protocols/secagg.py), counted in bytes_up/down too
+        self.protocol_bytes = 0
         self.recorded = np.zeros(self.n, dtype=bool)    # a row's outcome is written (once: `mark_recorded`)
         # bytes (up, down) of this log's rows that ended after its metrics row was written
         # (counted in the model's next row), and those of earlier logs its own row counted

@@ -89,5 +89,6 @@ class SecureAggregation:
             log.bytes_up[pos] += up4
             log.bytes_down[pos] += down4
         n, s = len(chosen), len(survivors)
+        log.protocol_bytes += n * (up0 + down0) + s * (up4 + down4)
         return {"secagg_seconds": secs0 + secs4, "secagg_bytes_up": n * up0 + s * up4,
                 "secagg_bytes_down": n * down0 + s * down4}
