@@ -256,3 +256,40 @@ def test_codec_is_exported_and_listed_in_the_guides_export_table():
     text = (ROOT / "docs" / "write-your-own.md").read_text().split("## 9. What `emulator.api` exports")[1]
     names = set(re.findall(r"`(\w+)`", text.split("The package ships")[0]))
     assert "Codec" in names and names <= set(api.__all__), names - set(api.__all__)
+
+
+def test_every_encoded_message_gets_its_own_draws_also_two_merges_from_one_version(tmp_path):
+    """A drawing codec's stream is keyed by the aggregation that reads the upload: under async
+    with a buffer of 2, a fast client merges twice from one downloaded version, and its two
+    messages must not share draws; a drawing download codec gets the broadcast's own stream
+    (compression.md 1.3, 1.4)."""
+    seen = []
+
+    class Marks(api.Codec):
+        """records its first draw; values and bytes as fp32"""
+        relative = False
+
+        def wire_bytes(self, numel, bytes_per_param):
+            return 4 * numel
+
+        def encode(self, v, rng):
+            seen.append(float(rng.random()))
+            return v
+
+    api.register("codec", "marks", api.Params, "records a draw per message", Marks)
+    try:
+        link = {"latency": 0.01, "up_mbps": 10, "down_mbps": 10}
+        groups = [{"name": "fast", "fraction": 0.5, "compute": {"model": "constant", "step_time": 0.01}, "network": link},
+                  {"name": "slow", "fraction": 0.5, "compute": {"model": "constant", "step_time": 1.0}, "network": link}]
+        sc = tiny(**{"clients": {"count": 2, "groups": groups}, "run.rounds": 6,
+                     "protocol": {"name": "async", "local_steps": 2},
+                     "algorithm": {"name": "fedasync", "lr": 0.1, "buffer": 2},
+                     "network.codec": {"up": "marks"}})
+        d = run_dir(sc, tmp_path, "up")
+        assert json.load(open(d / "summary.json"))["status"] == "complete"
+        assert len(seen) >= 6 and len(set(seen)) == len(seen), seen        # no two messages share draws
+        seen.clear()
+        run_dir(tiny(**{"network.codec": {"down": "marks"}, "run.rounds": 3}), tmp_path, "down")
+        assert len(seen) == 3 and len(set(seen)) == 3                       # one draw per broadcast
+    finally:
+        registry._TABLES["codec"].pop("marks")

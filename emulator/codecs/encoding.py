@@ -42,11 +42,13 @@ def direction_codecs(settings) -> dict:
     return out
 
 
-def cast_broadcast(codec: Codec, bc: Broadcast) -> Broadcast:
-    """The broadcast as the clients decode it (compression.md 1.4): unchanged by a bytes-only codec."""
+def cast_broadcast(codec: Codec, bc: Broadcast, rng_of) -> Broadcast:
+    """The broadcast as the clients decode it (compression.md 1.4): unchanged by a bytes-only codec.
+    `rng_of()` gives the broadcast's own keyed stream (one message, decoded alike by every client)."""
     if not codec.changes_values:
         return bc
-    return Broadcast([boundary.decoded(codec, v, codec.encode(v, None), "down") for v in bc.vectors], bc.round)
+    rng = rng_of()
+    return Broadcast([boundary.decoded(codec, v, codec.encode(v, rng), "down") for v in bc.vectors], bc.round)
 
 
 class UploadEncoding:

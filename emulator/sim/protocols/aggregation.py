@@ -50,7 +50,7 @@ class Aggregating:
             a.vectors = [force(v) for v in u.vectors]
             task.checked.uploaded(a.client, t, a.vectors)       # the declared size and dtype (boundary/)
             if enc is not None:          # as the server decodes it (docs/algorithms/compression.md 1.3)
-                a.vectors = enc.encode(a.client, a.round, a.vectors, starts[i])
+                a.vectors = enc.encode(a.client, t, a.vectors, starts[i])   # t: this merge, unique per upload
             if u.result is not None:
                 a.train_loss = force(u.result).loss_mean
         for a in arrivals:

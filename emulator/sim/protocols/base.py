@@ -245,7 +245,8 @@ class Protocol(Pieces, Aggregating, ABC):
     def broadcast(self, task, t: int):
         """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py),
         as the clients decode it (the download codec: docs/algorithms/compression.md 1.4)."""
-        return cast_broadcast(self.world.network.codecs["down"], task.checked.broadcast(t))
+        return cast_broadcast(self.world.network.codecs["down"], task.checked.broadcast(t),
+                              lambda: self.world.streams.keyed("codec.down", task.index, t))
 
     # -- how a round goes ----------------------------------------------------------------
     def cohort_spec(self, task, t: int, bc):
