@@ -245,3 +245,21 @@ def test_report_draws_the_timeline(runs, tmp_path):
     path = report.write(runs["rounds_offline"], out=tmp_path / "r" / "report.html")
     assert (tmp_path / "r" / "figures" / "timeline.png").exists()
     assert "Timeline: rounds_offline" in path.read_text()
+
+
+def test_the_offline_periods_of_a_large_fleet_make_no_client_objects():
+    """timeline.csv's offline periods are read per device group (sim/timeline.py), so a fleet's
+    untouched clients stay without a Client object (sim/fleet.py), yet their offline rounds are there."""
+    from emulator.scenario import schema
+    from emulator.sim.world import World
+    sc = avail(MARKOV, **{"run.rounds": 2, "run.timeline": True})
+    sc["clients"]["count"] = 400
+    for g in sc["clients"]["groups"]:
+        g["count"] = 200
+    sc["workload"]["partition"] = {"name": "iid"}
+    w = World(schema.load(sc))
+    w.run()
+    frame = w.recorder.timeline_frame(w.clients, float(w.env.now))
+    off = frame[frame["phase"] == "offline"]
+    assert off["client"].nunique() > 100                        # most of the fleet was offline some round
+    assert w.clients.touched < 100, w.clients.touched            # yet only the selected ones were made

@@ -87,7 +87,8 @@ def round_offline(logs, clients, metrics: list) -> pd.DataFrame:
     """Per-round availability: each aggregated round (of model 0) a client of a per-round
     model was not available in, from the round's start (its aggregation's time less its
     `round_time`) to its aggregation."""
-    per_round = np.array([c.availability.kind == "round" for c in clients], dtype=bool)
+    # per group, not per client: a Client object is made only for clients the run touched (sim/fleet.py)
+    per_round = np.array([g[3].kind == "round" for g in clients.groups], dtype=bool)[clients.group_of]
     when = {int(m["round"]): (float(m["virtual_time"]) - float(m.get("round_time") or 0.0), float(m["virtual_time"]))
             for m in metrics if m.get("model", 0) == 0}
     rows: list = []
@@ -103,21 +104,21 @@ def round_offline(logs, clients, metrics: list) -> pd.DataFrame:
 
 def offline_periods(clients, end: float) -> pd.DataFrame:
     """Offline periods in [0, end] of every client whose availability is continuous in time
-    (its model's `kind` is "time"), asked of the model after the run (its periods are
+    (its group's model's `kind` is "time"; no Client object is made), asked of the model after the run (its periods are
     generated forward from the client's own stream, so asking again gives the run's)."""
     rows: list = []
-    for c in clients:
-        av = c.availability
+    for gi, (_, _, _, av) in enumerate(clients.groups):       # the group's availability model
         if av.kind != "time":
             continue
-        t = 0.0
-        for _ in range(MAX_PERIODS):
-            on = float(av.next_online(c.id, t))
-            if on > t:
-                rows.append((c.id, 0, t, min(on, end)))
-            if on >= end or math.isinf(on):
-                break
-            t = float(av.online_until(c.id, on))
-            if t >= end or t <= on:
-                break
+        for cid in clients.members(gi).tolist():
+            t = 0.0
+            for _ in range(MAX_PERIODS):
+                on = float(av.next_online(cid, t))
+                if on > t:
+                    rows.append((cid, 0, t, min(on, end)))
+                if on >= end or math.isinf(on):
+                    break
+                t = float(av.online_until(cid, on))
+                if t >= end or t <= on:
+                    break
     return _offline_frame(rows)
