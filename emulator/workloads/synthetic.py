@@ -79,6 +79,16 @@ def synthetic_devices(p: SyntheticParams, num_devices: int, rng: np.random.Gener
             for x, y in synthetic_draws(p, synthetic_sizes(p, num_devices, rng), rng)]
 
 
+def held_out(p: SyntheticParams, sizes):
+    """A device's held-out test rows: `test_fraction` of its samples, rounded half to even (as
+    round()), at least one; both generations use it."""
+    return np.maximum(1, np.rint(p.test_fraction * sizes).astype(np.int64))
+
+
+def data_name(p: SyntheticParams) -> str:
+    return "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
+
+
 @register("dataset", "synthetic", SyntheticParams,
           "FedProx Synthetic(alpha, beta): per-device generated logistic data (natural split)")
 def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
@@ -89,7 +99,7 @@ def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
     if is_keyed(p.generation, ctx.num_clients):
         return keyed_synthetic(p, ctx)
     sizes = synthetic_sizes(p, ctx.num_clients, ctx.rng_data)
-    n_test = np.maximum(1, np.rint(p.test_fraction * sizes).astype(np.int64))   # round half to even, as round()
+    n_test = held_out(p, sizes)
     n_train = sizes - n_test
     x_tr = np.empty((int(n_train.sum()), p.dim), dtype=np.float32)
     y_tr = np.empty(len(x_tr), dtype=np.int64)
@@ -105,7 +115,7 @@ def synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
         y_te[o_te:o_te + k] = y[te]
         o_tr += n - k
         o_te += k
-    name = "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
+    name = data_name(p)
     return FederatedData(name, x_tr, y_tr, x_te, y_te, p.classes, (p.dim,),
                          client_indices=RowRanges(n_train), natural=True,
                          extra={"test_client_indices": RowRanges(n_test)})   # per-client evaluation's rows: test
@@ -119,20 +129,17 @@ def keyed_synthetic(p: SyntheticParams, ctx: DatasetContext) -> FederatedData:
     shared = synthetic_shared(p, ctx.rng_data)
     stream = ctx.device_stream
 
-    def held_out(n):           # as the sequential generator: round half to even, at least one
-        return np.maximum(1, np.rint(p.test_fraction * n).astype(np.int64))
-
     def make_all(k: int) -> tuple:
         rng = stream(k)
         n = int(sizes[k])
-        m = int(held_out(np.int64(n)))
+        m = int(held_out(p, np.int64(n)))
         x, y = synthetic_device(p, n, rng, shared)
         perm = rng.permutation(n)
         te, tr = perm[:m], perm[m:]
         return x[tr].astype(np.float32), y[tr].astype(np.int64), x[te].astype(np.float32), y[te].astype(np.int64)
 
-    rows = KeyedRows(sizes - held_out(sizes), lambda k: make_all(k)[:2], (p.dim,))
+    rows = KeyedRows(sizes - held_out(p, sizes), lambda k: make_all(k)[:2], (p.dim,))
     x_te, y_te, devices = keyed_test_set(make_all, ctx.num_clients, p.test_devices, ctx.test_stream)
-    name = "synthetic_iid" if p.iid else f"synthetic({p.alpha},{p.beta})"
+    name = data_name(p)
     return FederatedData(name, np.zeros((0, p.dim), np.float32), np.zeros(0, np.int64), x_te, y_te, p.classes,
                          (p.dim,), client_indices=rows, natural=True, extra={"test_devices": devices})
