@@ -90,6 +90,7 @@ def test_resnet18_round_equals_a_hand_written_fedavg_with_batchnorm():
     assert (log.bytes_down == (task.net.dim + task.net.buffer_dim) * 4).all()
 
 
+@pytest.mark.slow
 def test_batched_refuses_batchnorm_and_auto_runs_it_sequentially(run_in):
     with pytest.raises(ScenarioError) as e:
         World(scenario.load(bn_scenario("batched")))

@@ -193,6 +193,7 @@ KILLER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_9_during_the_final_write_is_cleaned_by_the_next_run(project):
     runs = project / "runs"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

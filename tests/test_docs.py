@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,6 +43,7 @@ def _build(tmp_path, docs_dir=None):
                            "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_site_builds_in_strict_mode(tmp_path):
     r = _build(tmp_path)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -58,6 +61,7 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert "flemu run" in (site / "cli.html").read_text()
 
 
+@pytest.mark.slow
 def test_strict_build_fails_on_a_broken_anchor(tmp_path):
     """The guard itself: a link to a heading that does not exist stops the build."""
     import shutil

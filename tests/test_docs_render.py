@@ -19,6 +19,7 @@ def _lint(*paths) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(LINT), *map(str, paths)], capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_every_docs_page_passes_the_lint():
     r = _lint()
     assert r.returncode == 0, r.stdout + r.stderr
@@ -124,6 +125,7 @@ def _site(tmp_path, pages: dict) -> Path:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
+@pytest.mark.slow
 def test_docs_check_fails_on_a_page_that_overflows_its_text_column(tmp_path):
     """docs/tools/browser_check.py (make docs-check) in a real Chromium: a code line hidden behind
     a scroll bar and an image wider than the column fail the page; the same code line with the

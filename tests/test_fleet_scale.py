@@ -145,6 +145,7 @@ print(json.dumps(count_passes({n}, '{algo}', {rounds}, '{log}')))
 
 
 @pytest.mark.parametrize("algo", ["fedavg", "fedsum"])
+@pytest.mark.slow
 def test_no_per_round_pass_over_the_fleet_besides_availability(algo):
     """Rounds 2..R of a 60,000-client run (keyed data, Markov availability, uniform selection,
     a sparse log): every NumPy operation on an array of the fleet's length is counted with
@@ -156,6 +157,7 @@ def test_no_per_round_pass_over_the_fleet_besides_availability(algo):
     assert r["touched"] <= r["trained"] and r["generated"] == r["trained"] > 0
 
 
+@pytest.mark.slow
 def test_a_dense_log_is_a_pass_the_probe_sees():
     """The probe's own check: a dense clients log (a row per client per round) is a pass."""
     r = run_child(PASSES.format(root=ROOT, n=60_000, algo="fedavg", rounds=3, log="all"))
@@ -175,6 +177,7 @@ print(json.dumps({{"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 
 
+@pytest.mark.slow
 def test_a_100k_client_run_costs_under_300_bytes_per_idle_client():
     """Peak RSS of a 10^5-client FedSUM run (keyed data, 3 rounds of 100 clients) minus that
     of a 10^3-client one: measured about 135 bytes a client (docs/performance.md); bound 300.

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 
 from conftest import tiny  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]   # slow: the module's sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 ASYNC = {"protocol": {"name": "async", "local_steps": 5},
