@@ -26,7 +26,7 @@ demo: $(STAMP)
 # two xdist workers x one torch thread each on a 2-core machine (tests/conftest.py sets the
 # threads of every worker and of the subprocesses tests start; OMP_NUM_THREADS here covers
 # imports that happen before conftest).
-# `make test` is the everyday suite (about two minutes): every test but the ~60 marked
+# `make test` is the everyday suite (about two minutes): every test but the ~75 marked
 # `@pytest.mark.slow` (Ray instances, killed and resumed sweeps, subprocess replays, paper
 # reproductions over many runs: each several seconds, together about two thirds of the
 # suite's time). `make test-slow` runs those; `make test-all` runs both in one call; CI
