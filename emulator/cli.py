@@ -16,15 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .cli_common import fail as _fail, out
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="flemu: discrete-event emulator of heterogeneous federated learning.")
 console = Console(stderr=True)
-out = Console(soft_wrap=True)
-
-
-def _fail(err) -> None:
-    typer.echo(str(err), err=True)
-    raise typer.Exit(code=2)
 
 
 def _plugin_option():

@@ -10,17 +10,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-out = Console(soft_wrap=True)
+from .cli_common import fail as _fail, out
 
 ROUNDS_HELP = "a window of rounds FIRST:LAST (e.g. 3:8; 5; 3: or :8), from FIRST's start to LAST's aggregation"
 CLIENTS_HELP = "at most this many clients, taken in turn from each device group"
-
-
-def _fail(err) -> None:
-    typer.echo(str(err), err=True)
-    raise typer.Exit(code=2)
 
 
 def _load(run_dir: Path, rounds: Optional[str], clients: Optional[int]):

@@ -5,15 +5,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+
+from .cli_common import fail as _fail, out
 
 traces_app = typer.Typer(help="Convert device traces to flemu's CSV formats.", no_args_is_help=True)
-out = Console(soft_wrap=True)
-
-
-def _fail(err) -> None:
-    typer.echo(str(err), err=True)
-    raise typer.Exit(code=2)
 
 
 @traces_app.command("import-fedscale")
