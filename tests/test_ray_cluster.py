@@ -168,10 +168,14 @@ def test_a_sweep_survives_losing_a_worker_node_mid_run(tmp_path):
         for p in (driver, local):
             if p is not None and p.poll() is None:
                 p.kill()
-        left = {}
-        for p in started:
-            left.update(node_processes(p.pid))
-        kill(left)
+        for _ in range(10):      # again while a node still forks (a process spawned mid-kill on a busy machine)
+            left = {}
+            for p in started:
+                left.update(node_processes(p.pid))
+            if not left:
+                break
+            kill(left)
+            time.sleep(0.5)
         for p in started:
             try:
                 p.wait(timeout=30)
