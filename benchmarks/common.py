@@ -13,8 +13,11 @@ import torch
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 CACHE = RESULTS / "tmp_cache"           # ignored by git
-
-from benchmarks.common import CACHE
+# the cores a run may use, read once before any world is built: World sets torch's thread count to
+# the run's `executor.threads` (1) and only `emulator.run` restores it, so a second world built in
+# this process would read 1 and train on one worker (sittings a-f ran flemu's repetitions after the
+# first on one worker: docs/performance-peers.md, sitting g)
+CORES = torch.get_num_threads()
 
 
 def log(*a):
@@ -29,14 +32,14 @@ def goal(name, ratio, op, target):
 
 def machine() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-            "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0], "gpu": torch.cuda.is_available()}
+            "threads": CORES, "load_avg_1m": os.getloadavg()[0], "gpu": torch.cuda.is_available()}
 
 
 def build_world(sc: dict):
     from emulator.scenario import schema as scenario
     from emulator.sim.world import World
     t = time.perf_counter()
-    world = World(scenario.load(sc))
+    world = World(scenario.load(sc), cpus=CORES)
     return world, time.perf_counter() - t
 
 

@@ -270,6 +270,36 @@ def emulation(quick: bool, peers: dict) -> dict:
     return out
 
 
+def goals(out: dict) -> list:
+    """The goals of issue 36 section 2, on the CPU seconds' ratios within repetitions (medians
+    over repetitions): E0: flemu's CPU s/round <= 1.0x every peer's; E1-E3: peer / flemu >=
+    0.95 x (jobs the peer trains / jobs flemu trains) x (the peer's per-job cost over flemu's,
+    which is E0's ratio: both train the same jobs there). That is, flemu keeps what not training
+    late work saves, with no more than 5 % of it lost to its own overhead."""
+    def ratios(t, peer):
+        return [(r["cpu_s_per_round"] / f["cpu_s_per_round"], r["jobs_trained"] / f["jobs_trained"])
+                for f, r in zip(t["flemu"], t[peer]) if "s_per_round" in r]
+    t0 = out["tasks"].get("E0")
+    lines = ["", "Goals (issue 36), on the CPU ratio peer / flemu within each repetition, median over repetitions:", "",
+             "| task | goal | peer | per repetition | median | needed | met |", "|---|---|---|---|---|---|---|"]
+    for task, t in out["tasks"].items():
+        for peer in HARNESS:
+            rs = ratios(t, peer)
+            base = ratios(t0, peer) if t0 else []
+            if not rs or (task != "E0" and not base):
+                continue
+            med = float(np.median([r for r, _ in rs]))
+            if task == "E0":
+                goal, need = "flemu CPU <= 1.0x the peer's", 1.0
+            else:
+                jobs = float(np.median([j for _, j in rs]))
+                cost = float(np.median([r for r, _ in base]))
+                goal, need = f"0.95 x jobs ratio {jobs:.2f} x E0 per-job cost ratio {cost:.2f}", 0.95 * jobs * cost
+            reps = ", ".join(f"{r:.2f}" for r, _ in rs)
+            lines.append(f"| {task} | {goal} | {peer} | {reps} | {med:.2f} | {need:.2f} | {'yes' if med >= need else 'NO'} |")
+    return lines
+
+
 def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path:
     """benchmarks/results/emulation_peers{,_quick}.json and .md: per task and tool the median
     s/round with its spread over repetitions, the median ratio to flemu within repetitions,
@@ -316,6 +346,7 @@ def write_table(out: dict, machine: dict, quick: bool, name: str = None) -> Path
               "process). "
               "Final params: the largest absolute difference of the final global parameter vector from flemu's (max "
               "over repetitions)."]
+    lines += goals(out)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine, **out}, indent=1))
     path = RESULTS / f"{name}.md"
