@@ -142,15 +142,22 @@ def straggler_share(clients: pd.DataFrame, metrics: pd.DataFrame, reference: str
 
 
 # --------------------------------------------------------------------------- who took part
-def participation_stats(clients: pd.DataFrame, protocol: Optional[str] = None) -> dict:
+def participation_stats(clients: pd.DataFrame, protocol: Optional[str] = None, rounds=None) -> dict:
     """Per run: mean participants per aggregation; per-client participation rate (share of
     aggregations it was in, weight > 0): mean, min, max, coefficient of variation; clients
-    never aggregated; mean availability; drop rate (dropped / selected). Under `async`
-    clients.csv has one row per client job, not per client per merge, so the fleet's
-    availability is not recorded there: `availability_mean` is NaN."""
+    never aggregated; mean availability; drop rate (dropped / selected). `rounds`: the
+    aggregations (metrics.csv rounds >= 1): a round the time budget cut before it aggregated
+    has rows in clients.csv but is no aggregation, so it counts in no rate (default: every
+    round in clients.csv). Under `async` clients.csv has one row per client job, not per
+    client per merge, so the fleet's availability is not recorded there: `availability_mean`
+    is NaN, and `rounds` is not applied (job keys are not merge numbers)."""
     if clients is None or clients.empty:
         return {}
     c = clients
+    if rounds is not None and protocol != "async":
+        c = c[c["round"].isin(list(rounds))]
+        if c.empty:
+            return {}
     n_rounds = c["round"].nunique()
     agg = c["weight"] > 0
     per_client = agg.groupby(c["client"]).sum() / max(n_rounds, 1)
@@ -307,9 +314,10 @@ def _run_row(row, m, c, run, proto, target, budget, horizon) -> dict:
         row.update(compute_s=float(lat["compute"].mean()), comm_s=float(lat["comm"].mean()),
                    waiting_s=float(lat["waiting"].mean()), round_time_s=float(lat["round_time"].mean()))
         row["straggler_share"] = straggler_share(c, m, protocol=proto)
-        row.update(participation_stats(c, proto))
+        aggregations = sorted(int(r) for r in m["round"].unique() if r >= 1) if len(m) else None
+        row.update(participation_stats(c, proto, aggregations))
         count = ((run.config or {}).get("clients") or {}).get("count")
-        d = delay_stats(c, count, sorted(int(r) for r in m["round"].unique() if r >= 1) if len(m) else None)
+        d = delay_stats(c, count, aggregations)
         row["tau_max"], row["tau_avg"] = d["tau_max"], d["tau_avg"]
     row["heterogeneity"] = heterogeneity(m, c if len(c) else None)
     return row

@@ -79,6 +79,23 @@ def test_straggler_share_reference_median_vs_second():
     assert M.straggler_share(c, m, reference="second") == pytest.approx(9 / 27)
 
 
+def test_participation_leaves_out_a_round_the_budget_cut():
+    """A round the time budget cut before it aggregated has rows in clients.csv (selected,
+    nobody aggregated) but no row in metrics.csv: it is no aggregation, so no rate counts it."""
+    c = clients_frame()
+    cut = pd.DataFrame([{"round": 3, "client": i, "selected": i < 3, "available": True, "dropped": False,
+                         "compute_time": 1.0, "comm_time": 0.0, "steps": 1, "weight": 0.0} for i in range(4)])
+    c3 = pd.concat([c, cut], ignore_index=True)
+    p = M.participation_stats(c3, "rounds", rounds=[1, 2])
+    assert p == M.participation_stats(c)           # the same as the two aggregations alone
+    assert p["participation_rate_mean"] == pytest.approx(np.mean([1.0, 1.0, 0.5, 0.0]))
+    assert p["participants_mean"] == pytest.approx(2.5)
+    old = M.participation_stats(c3)                 # without `rounds`: the cut round counts
+    assert old["participation_rate_mean"] == pytest.approx(np.mean([2 / 3, 2 / 3, 1 / 3, 0.0]))
+    # async: job keys are not merge numbers, `rounds` is not applied
+    assert M.participation_stats(c3, "async", rounds=[1, 2])["participants_mean"] == pytest.approx(5 / 3)
+
+
 def test_participation_delay_and_heterogeneity():
     c = clients_frame()
     p = M.participation_stats(c)
