@@ -161,6 +161,9 @@ bench-busy: $(STAMP)
 # time (a lock), no mutmut command inside a run, a cache per pair keyed by the module's content
 # (an edited module starts afresh), a left-over <module>.bak restored before and after each
 # pair, and the module checked byte for byte against its state before the pair.
+# The runner turns every failing status into 1: mutmut 2 counts only status 1 as a kill, and a
+# mutant that breaks an import fails pytest's collection with status 2 (or a conftest's with 4),
+# which mutmut would count as a survivor; setpriv kills pytest if mutmut kills the shell (timeout).
 # string, f-string and decorator mutants are left out: they change docstrings and field
 # descriptions, which no test should pin; -m 10: on a loaded machine a mutant's tests may run
 # several times slower than the baseline without looping
@@ -180,7 +183,7 @@ MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13
   tests/test_tsfl.py::test_t14_fedasync_staleness_and_mixing tests/test_tsfl.py::test_fedbuff_buffer_closed_forms \
   tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol tests/test_fedasync_rules.py
 MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
-MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py
+MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py tests/test_fedumf_mutants.py
 MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
 .PHONY: mutate
 mutate: $(STAMP)
@@ -209,7 +212,7 @@ mutate: $(STAMP)
 	  trap 'exit 130' INT TERM; \
 	  echo "== mutmut: $$mod <- $$tests"; rc=0; \
 	  FLEMU_TEST_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --paths-to-mutate "$$mod" $(MUT_FLAGS) \
-	    --runner "$(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests" || rc=$$?; \
+	    --runner "sh -c 'setpriv --pdeathsig KILL $(BIN)/python -m pytest -x -q -p no:cacheprovider -n 0 $$tests || exit 1'" || rc=$$?; \
 	  if [ -f "$$mod.bak" ]; then mv -f "$$mod.bak" "$$mod"; fi; \
 	  if [ "$$(sha256sum "$$mod" | cut -c1-16)" != "$$sum" ]; then \
 	    echo "make mutate: $$mod differs from its state before the run: check it (git diff -- $$mod)"; exit 1; fi; \

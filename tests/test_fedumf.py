@@ -106,6 +106,11 @@ def test_T2_golden_trajectory_and_reference():
     assert set(sel.loc[sel["round"] == 1, "fuse_skipped"]) == {"first_round"}
     assert set(sel.loc[sel["round"] == 4, "fuse_skipped"]) == {"selected_prev"}
     assert [r["n_fused"] for r in w.recorder.metrics[1:]] == [0, 1, 2, 0, 2]
+    # summary.json: every round's 2 unselected clients keep their g (a background job of
+    # 0.01 + 2 s ends before its round's 2.02 s), 10 in all; the 5 fusing clients read one each
+    assert w.tasks[0].algorithm.summary()["fedumf"] == {
+        "updates_kept": 10, "updates_fused": 5, "updates_lost_unfinished": 0,
+        "updates_lost_superseded": 0, "updates_lost_offline": 0}
 
 
 # --------------------------------------------------------------------------- T3
