@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..codecs.exchange import ExchangeBytes
 from ..errors import ContractError
 from .component import describe
 
@@ -16,6 +17,16 @@ def wire_bytes(codec, numel: int, bytes_per_param: int, direction: str) -> int:
                             "bytes are a positive integer computed from its length", describe("codec", codec),
                             "wire_bytes")
     return nb
+
+
+def exchange_sizes(codec, sizes):
+    """An exchange codec's message sizes: non-negative integers, the first upload positive."""
+    vals = [sizes.broadcast, sizes.first, sizes.back, sizes.second] if isinstance(sizes, ExchangeBytes) else []
+    if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in vals) or vals[1] <= 0:
+        raise ContractError(f"gave {sizes!r} as its message sizes; an exchange's sizes are an ExchangeBytes of "
+                            "non-negative integers (the first upload positive), from the model's layout alone",
+                            describe("codec", codec), "exchange_bytes")
+    return sizes
 
 
 def coded_bytes(codec, nb, t: int, client: int) -> int:

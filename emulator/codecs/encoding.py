@@ -7,6 +7,7 @@
   the update against the declared reference (1.1), error feedback through the per-client state
   store (1.2), draws from the client's keyed stream, the relative error for metrics.csv and,
   for an entropy-coded codec, each upload's coded size (section 3);
+- `ExchangeEncoding`: an exchange codec's uploads, every read upload of an aggregation at once (2.6);
 - `cast_broadcast`: a download codec applied to the broadcast (1.4).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..compute.lazy import force
 from ..boundary.component import describe
 from ..errors import ContractError
 from .base import Codec, EntropyCoded
+from .exchange import ExchangeCodec, Layout
 
 RESIDUAL = "codec.residual"        # per-client state kind of upload vector j: f"{RESIDUAL}.{j}"
 
@@ -134,3 +136,30 @@ class UploadEncoding:
         self.coded[client] = self.coded.get(client, 0) + boundary.coded_bytes(self.codec, nb, t, client) + self.overhead
         return boundary.decoded(self.codec, p, c, "up", t, client)
 
+
+class ExchangeEncoding(UploadEncoding):
+    """An exchange codec's uploads (compression.md 2.6): every read upload of an aggregation
+    encoded together, the server's shared state (PowerSGD's Q) carried from one aggregation to
+    the next. The clients enter the exchange in the order of their ids, whatever the order
+    they arrived in."""
+
+    def __init__(self, codec: ExchangeCodec, algorithm, streams, task: int, layout: Layout, overhead: int = 0):
+        super().__init__(codec, algorithm, streams, task, overhead)
+        self.layout = layout
+        self.state = codec.initial_state(layout, streams.keyed("codec.exchange", task))
+
+    def encode_all(self, t: int, entries: list) -> list:
+        order = sorted(range(len(entries)), key=lambda i: entries[i][0])
+        prepared = {i: self.prepare(*entries[i]) for i in order}
+        ps = [prepared[i][0] for i in order]
+        decoded, state = self.codec.exchange(ps, self.layout, self.state) if ps else ([], self.state)
+        if not isinstance(decoded, (list, tuple)) or len(decoded) != len(ps):
+            raise ContractError(f"returned {type(decoded).__name__} for the {len(ps)} uploads of an exchange; it "
+                                "returns one decoded tensor per upload", describe("codec", self.codec), "exchange", t)
+        self.state = state
+        out = [None] * len(entries)
+        for i, c in zip(order, decoded):
+            client, vectors, _ = entries[i]
+            p, refs = prepared[i]
+            out[i] = self.finish(client, vectors, refs, p, boundary.decoded(self.codec, p, c, "up", t, client))
+        return out

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ...algorithms.base import Arrival, Rows
-from ...codecs.encoding import UploadEncoding
+from ...codecs.encoding import ExchangeEncoding, UploadEncoding
+from ...codecs.exchange import ExchangeCodec, layout_of
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError
 from .cohort import Cohort
@@ -89,8 +90,12 @@ class Aggregating:
         if task.index not in self._encodings:
             w = self.world
             codec, overhead = w.network.codecs["up"], w.network.overhead
-            self._encodings[task.index] = UploadEncoding(codec, task.algorithm, w.streams, task.index, overhead) \
-                if codec.changes_values else None
+            if isinstance(codec, ExchangeCodec):            # compression.md 2.6
+                enc = ExchangeEncoding(codec, task.algorithm, w.streams, task.index, layout_of(task), overhead)
+            else:
+                enc = UploadEncoding(codec, task.algorithm, w.streams, task.index, overhead) \
+                    if codec.changes_values else None
+            self._encodings[task.index] = enc
         return self._encodings[task.index]
 
     @staticmethod
