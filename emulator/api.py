@@ -28,6 +28,9 @@
 - protocols and executors: `Protocol`, `Executor` (the abstract bases of `protocol.name` and
   `executor.name`);
 - codecs (docs/algorithms/compression.md): `Codec`, the base of `network.codec.up` / `down`;
+  the capability `EntropyCoded` (a reported entropy-coded size); `ExchangeCodec`, an upload
+  that is an exchange over the aggregation (PowerSGD), with the `Layout` it sees and the
+  `ExchangeBytes` it gives;
 - selection (docs/selection.md): `Selector` (the declared base: `select(ctx)`,
   `observe(outcomes)`), `SelectionContext`, `Chosen` (ids with aggregation weights),
   `RoundOutcomes`, `Status`, `Profile`, `History`, `ClientColumns` (per-client state grown on
@@ -64,7 +67,8 @@ from .compute.pieces import (ClipNorm, ClipPerSample, FunctionalModel, GaussianN
 from .compute.training import (ClientTraining, GradientTraining, LocalRule, OptimizerRule, TrainContext,
                                TrainFn, TrainFunction)
 from .boundary.component import describe_function
-from .codecs.base import Codec
+from .codecs.base import Codec, EntropyCoded
+from .codecs.exchange import ExchangeBytes, ExchangeCodec, Layout
 from .errors import ContractError, DivergedError, FlemuError, InvariantError, ScenarioError
 from .scenario.fleet import GroupContext
 from .scenario.selection_params import KOrFraction, SelectionParams
@@ -184,7 +188,7 @@ __all__ = [
     "Link", "LinkModel", "InstantLink", "GroupContext",
     "Selector", "SelectionContext", "Chosen", "RoundOutcomes", "Status", "Profile", "History", "ClientColumns",
     "Uniforms", "wswor", "SelectionParams", "KOrFraction",
-    "Protocol", "Executor", "Codec",
+    "Protocol", "Executor", "Codec", "EntropyCoded", "ExchangeCodec", "Layout", "ExchangeBytes",
     "Callback", "RunContext", "run", "load", "RunResult",
     "ScenarioError", "FlemuError", "DivergedError", "InvariantError", "RegistrationError", "ContractError",
 ]

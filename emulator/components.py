@@ -9,3 +9,4 @@ from .workloads import datasets, models, partitions  # noqa: F401
 from .algorithms import fedumf  # noqa: F401
 from .runs import callbacks  # noqa: F401  run callbacks: mlflow, tensorboard
 from .codecs import builtins as _codecs  # noqa: F401  message codecs (docs/algorithms/compression.md)
+from .codecs import powersgd as _powersgd  # noqa: F401  PowerSGD's two-phase exchange (compression.md 2.6)

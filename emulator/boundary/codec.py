@@ -1,10 +1,11 @@
 """A codec's results, checked where they cross (docs/algorithms/compression.md, section 4):
-`wire_bytes` is a positive integer; `encode` gives a tensor of its input's shape and dtype,
+`wire_bytes` and an entropy-coded size are positive integers; `encode` gives a tensor of its input's shape and dtype,
 finite where its input was."""
 from __future__ import annotations
 
 import torch
 
+from ..codecs.exchange import ExchangeBytes
 from ..errors import ContractError
 from .component import describe
 
@@ -15,6 +16,24 @@ def wire_bytes(codec, numel: int, bytes_per_param: int, direction: str) -> int:
         raise ContractError(f"gave {nb!r} bytes for a message of {numel} parameters ({direction}); a message's "
                             "bytes are a positive integer computed from its length", describe("codec", codec),
                             "wire_bytes")
+    return nb
+
+
+def exchange_sizes(codec, sizes):
+    """An exchange codec's message sizes: non-negative integers, the first upload positive."""
+    vals = [sizes.broadcast, sizes.first, sizes.back, sizes.second] if isinstance(sizes, ExchangeBytes) else []
+    if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in vals) or vals[1] <= 0:
+        raise ContractError(f"gave {sizes!r} as its message sizes; an exchange's sizes are an ExchangeBytes of "
+                            "non-negative integers (the first upload positive), from the model's layout alone",
+                            describe("codec", codec), "exchange_bytes")
+    return sizes
+
+
+def coded_bytes(codec, nb, t: int, client: int) -> int:
+    """An entropy-coded codec's size of one message: a positive integer."""
+    if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0:
+        raise ContractError(f"gave {nb!r} entropy-coded bytes for an upload; a message's coded size is a positive "
+                            "integer", describe("codec", codec), "encode_coded", t, client=client)
     return nb
 
 

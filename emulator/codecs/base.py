@@ -9,7 +9,10 @@ Declared, never discovered:
 - `changes_values`: whether `encode` may change the values (False: `none`, `ratio`);
 - `relative`: whether it encodes an update, which needs a reference the receiver holds
   (True: refused on the download, compression.md 1.4);
-- `stateful`: an instance with error feedback keeps a residual per client.
+- `stateful`: an instance with error feedback keeps a residual per client;
+- `EntropyCoded` (a capability base, checked with `isinstance`): the codec also gives each
+  message's data-dependent entropy-coded size (QSGD's Elias coding), reported in the run's
+  records and never used for time (compression.md 3).
 """
 from __future__ import annotations
 
@@ -47,6 +50,16 @@ class Codec(ABC):
     def encode(self, v: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         """The values the receiver decodes from flat `v` (same shape and dtype); random draws
         only from `rng` (the client's keyed stream of this message)."""
+
+
+class EntropyCoded(ABC):
+    """Capability of a codec: each message also has an entropy-coded size that depends on its
+    values (compression.md 3: `bytes_up_entropy`); its time still follows `wire_bytes`."""
+
+    @abstractmethod
+    def encode_coded(self, v: torch.Tensor, rng: np.random.Generator) -> tuple:
+        """(the decoded values, exactly what `encode(v, rng)` gives from the same draws; the
+        message's entropy-coded bytes before `network.overhead_bytes`, a positive integer)."""
 
 
 class FeedbackCodec(Codec):

@@ -11,7 +11,8 @@ from pydantic import Field
 from devices.network import message_bytes
 
 from ..registry import Params, register
-from .base import Codec, FeedbackCodec, SparseParams, count
+from .base import Codec, EntropyCoded, FeedbackCodec, SparseParams, count
+from .elias import qsgd_bits
 
 
 class NoCodec(Codec):
@@ -71,8 +72,9 @@ class QSGDParams(Params):
     bucket: int = Field(512, ge=1, description="entries per bucket, each with its own fp32 norm")
 
 
-class QSGD(Codec):
-    """QSGD (Alistarh et al. 2017): stochastic s-level quantisation per bucket, unbiased."""
+class QSGD(Codec, EntropyCoded):
+    """QSGD (Alistarh et al. 2017): stochastic s-level quantisation per bucket, unbiased; its
+    Elias-coded size is reported beside the fixed-width one (compression.md 2.2)."""
 
     def wire_bytes(self, numel, bytes_per_param):
         n, b, s = int(numel), self.p.bucket, self.p.s
@@ -80,6 +82,9 @@ class QSGD(Codec):
         return (bits + 7) // 8                                              # compression.md 2.2
 
     def encode(self, v, rng):
+        return self.encode_coded(v, rng)[0]
+
+    def encode_coded(self, v, rng):
         n, b, s = v.numel(), self.p.bucket, self.p.s
         nb = -(-n // b)
         x = np.zeros(nb * b)
@@ -91,7 +96,9 @@ class QSGD(Codec):
         lo = np.floor(ell)
         level = lo + (rng.random(ell.shape) < ell - lo)                     # E[level] = ell
         out = (norm * np.sign(x) * level / s).reshape(-1)[:n]
-        return torch.from_numpy(out).to(device=v.device, dtype=v.dtype).reshape(v.shape)
+        lengths = np.minimum(b, n - b * np.arange(nb))
+        coded = (qsgd_bits(level, lengths) + 7) // 8                        # compression.md 2.2, Elias
+        return torch.from_numpy(out).to(device=v.device, dtype=v.dtype).reshape(v.shape), coded
 
 
 def _fp32(x: torch.Tensor) -> torch.Tensor:

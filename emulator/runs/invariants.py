@@ -127,7 +127,7 @@ def bytes_(world, metrics, clients) -> list:
     rec, net = world.recorder, world.network
     for log in rec.rounds:
         for numel, nb, direction in log.messages:
-            if nb != net.message_bytes(numel, direction):
+            if nb != net.expected_bytes(numel, direction):
                 bad.append(f"round {log.round}: a message of {numel} parameters counted as {nb} bytes")
                 break
         sent = sum(m[1] for m in log.messages) + log.protocol_bytes

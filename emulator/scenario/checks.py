@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from .. import registry
+from ..codecs.exchange import ExchangeCodec
 from .secure_aggregation import secure_aggregation_problems
 from .selection_params import selection_problems
 from .validation_errors import explain
@@ -92,4 +93,25 @@ def codec_problems(sc, algo) -> list:
             problems.append(("network.codec.up", f"algorithm {sc.algorithm.name!r} does not declare what its upload is "
                              "relative to (up_reference), so a codec cannot encode it; use `none` or `ratio` "
                              "(bytes only), or declare up_reference in the algorithm (docs/algorithms/compression.md 1.1)"))
+        if d == "up" and issubclass(cls, ExchangeCodec):
+            problems += exchange_problems(sc, spec.name)
     return problems
+
+
+def exchange_problems(sc, name: str) -> list:
+    """An exchange codec on the upload (compression.md 2.6): under a protocol that runs its
+    second phase, over dedicated links, without secure aggregation (whose masking of the
+    second phase is not modelled)."""
+    at, out = "network.codec.up", []
+    proto = registry.get("protocol", sc.protocol.name).factory
+    if not proto.exchanges:
+        able = sorted(n for n, e in registry.table("protocol").items() if e.factory.exchanges)
+        out.append((at, f"{name!r} is a two-phase exchange, run by protocol.name {', '.join(able)}; here "
+                        f"{sc.protocol.name!r} (docs/algorithms/compression.md 2.6)"))
+    if sc.network.server_link is not None or sc.network.topology is not None:
+        out.append((at, f"{name!r}'s second phase is timed over dedicated client links; remove "
+                        "network.server_link / network.topology (docs/algorithms/compression.md 2.6)"))
+    if sc.secure_aggregation is not None:
+        out.append((at, f"{name!r} with secure_aggregation: the masking of its second phase is not modelled; "
+                        "remove one of them (docs/algorithms/compression.md 2.6)"))
+    return out

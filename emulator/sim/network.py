@@ -62,6 +62,7 @@ class NetworkSim:
         self.paths = {}
         self._multicast = {}             # (broadcast key, shared path) -> its one flow
         self._bytes = {}
+        self._models = {}                # (numel, direction) -> bytes of a model's message sized by an exchange
         self.group_of = clients.group_of      # the fleet's array (sim/fleet.py): no client object made
         # group index -> its link model (shared by the group); a group without clients has none
         self.links = {gi: g[2] for gi, g in enumerate(clients.groups) if clients.starts[gi + 1] > clients.starts[gi]}
@@ -83,6 +84,21 @@ class NetworkSim:
             nb = self._bytes[key] = codec_boundary.wire_bytes(codec, numel, self.bytes_per_param, direction) \
                 + self.overhead
         return nb
+
+    def exchange_messages(self, numel_down: int, numel_up: int, sizes) -> tuple:
+        """((numel, bytes) of a download, (numel, bytes) of an upload) of a model whose upload
+        codec is an exchange (docs/algorithms/compression.md 2.6; `sizes` its ExchangeBytes): the
+        download carries the shared state beside the model, the upload is the exchange's first."""
+        down = self.message_bytes(numel_down, "down") + sizes.broadcast
+        up = sizes.first + self.overhead
+        self._models[(numel_down, "down")], self._models[(numel_up, "up")] = down, up
+        return (numel_down, down), (numel_up, up)
+
+    def expected_bytes(self, numel: int, direction: str) -> int:
+        """The bytes a message of `numel` parameters was sized at: a model's message under an
+        exchange codec (`exchange_messages`), else the codec's size from the length."""
+        nb = self._models.get((numel, direction))
+        return self.message_bytes(numel, direction) if nb is None else nb
 
     def _build_flows(self, settings, clients, groups):
         cap = {}

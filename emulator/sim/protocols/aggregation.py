@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ...algorithms.base import Arrival, Rows
-from ...codecs.encoding import UploadEncoding
+from ...codecs.encoding import ExchangeEncoding, UploadEncoding
+from ...codecs.exchange import ExchangeCodec, layout_of
 from ...compute.lazy import Lazy, force, resolve
 from ...errors import DivergedError
 from .cohort import Cohort
@@ -46,13 +47,15 @@ class Aggregating:
         starts = None if enc is None else [enc.start_of(u.result, a.client, t) for a, u in read]   # before the jobs run
         resolve([v for _, u in read for v in u.vectors] + [u.result for _, u in read if u.result is not None]
                 + lazy_meta)
-        for i, (a, u) in enumerate(read):
+        for a, u in read:
             a.vectors = [force(v) for v in u.vectors]
             task.checked.uploaded(a.client, t, a.vectors)       # the declared size and dtype (boundary/)
-            if enc is not None:          # as the server decodes it (docs/algorithms/compression.md 1.3)
-                a.vectors = enc.encode(a.client, t, a.vectors, starts[i])   # t: this merge, unique per upload
             if u.result is not None:
                 a.train_loss = force(u.result).loss_mean
+        if enc is not None:              # as the server decodes them (docs/algorithms/compression.md 1.3)
+            seen = enc.encode_all(t, [(a.client, a.vectors, s) for (a, _), s in zip(read, starts)])
+            for (a, _), vectors in zip(read, seen):             # t: this merge, unique per upload
+                a.vectors = vectors
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
         agg = self.with_codec_error(enc, task.checked.aggregate(t, arrivals, log))
@@ -72,8 +75,8 @@ class Aggregating:
             res_params, loss = res.params, res.loss_mean
             task.checked.uploaded_rows(t, res_params[0].numel())    # one job's spec: every row alike
             if enc is not None:                  # as the server decodes them (docs/algorithms/compression.md 1.3)
-                start = cohort.start
-                res_params = [enc.encode(c, t, [p], start)[0] for c, p in zip(cohort.clients.tolist(), res_params)]
+                entries = [(c, [p], cohort.start) for c, p in zip(cohort.clients.tolist(), res_params)]
+                res_params = [vectors[0] for vectors in enc.encode_all(t, entries)]
         sw = self.selection_weights
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
                     steps=cohort.steps, params=res_params, train_loss=loss,
@@ -85,17 +88,24 @@ class Aggregating:
     def upload_encoding(self, task):
         """The model's upload codec where it changes values (None: it does not; built once)."""
         if task.index not in self._encodings:
-            codec = self.world.network.codecs["up"]
-            self._encodings[task.index] = UploadEncoding(codec, task.algorithm, self.world.streams, task.index) \
-                if codec.changes_values else None
+            w = self.world
+            codec, overhead = w.network.codecs["up"], w.network.overhead
+            if isinstance(codec, ExchangeCodec):            # compression.md 2.6
+                enc = ExchangeEncoding(codec, task.algorithm, w.streams, task.index, layout_of(task), overhead)
+            else:
+                enc = UploadEncoding(codec, task.algorithm, w.streams, task.index, overhead) \
+                    if codec.changes_values else None
+            self._encodings[task.index] = enc
         return self._encodings[task.index]
 
     @staticmethod
     def with_codec_error(enc, agg):
-        """The aggregation with metrics.csv's `codec_error` (compression.md 3), when a codec changes values."""
+        """The aggregation with metrics.csv's `codec_error` and, for an entropy-coded codec,
+        `bytes_up_entropy` in metrics.csv and clients.csv (compression.md 3), when a codec changes values."""
         if enc is not None:
-            err = enc.take_error()
-            agg.round_cols = {**agg.round_cols, "codec_error": float("nan") if err is None else err}
+            rows, clients = enc.take_columns()
+            agg.round_cols = {**agg.round_cols, **rows}
+            agg.client_cols = {**agg.client_cols, **clients}
         return agg
 
     @staticmethod

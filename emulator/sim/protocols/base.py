@@ -16,6 +16,8 @@ from pydantic import Field, model_validator
 from ... import registry
 from ...algorithms.base import BackgroundTraining
 from ...codecs.encoding import cast_broadcast
+from ...codecs.exchange import ExchangeCodec, layout_of
+from ...boundary import codec as codec_boundary         # a codec's sizes, checked (boundary/codec.py)
 from ...boundary import devices as devices_boundary     # availability answers, checked (boundary/devices.py)
 from ...registry import Params
 from ..client import State
@@ -88,6 +90,9 @@ class Protocol(Pieces, Aggregating, ABC):
     multi_model = False
     #: records one clients.csv row per client job (JOB logs, sim/recorder.py), not per round
     records_per_job = False
+    #: runs an exchange codec's second phase after each aggregation (its extra round trip in
+    #: virtual time: sim/protocols/exchange.py, docs/algorithms/compression.md 2.6)
+    exchanges = False
     #: pauses between rounds for a charged per-client evaluation (`evaluation.charge`,
     #: docs/fairness.md): its loop calls `hold_for_evaluation` after each aggregation
     charges_evaluation = False
@@ -232,15 +237,24 @@ class Protocol(Pieces, Aggregating, ABC):
 
     def messages(self, task) -> tuple:
         """((parameters, bytes) of a download, (parameters, bytes) of an upload) of this model.
-        Sizes are declared once (algorithms/base.py): computed once per model."""
+        Sizes are declared once (algorithms/base.py): computed once per model; with an exchange
+        codec on the upload, from the model's layout (docs/algorithms/compression.md 2.6)."""
         m = self._messages.get(task.index)
         if m is None:
-            m = []
-            for direction in ("down", "up"):
-                numel = task.algorithm.message_numel(direction) + task.net.buffer_dim
-                m.append((numel, self.world.network.message_bytes(numel, direction)))
-            m = self._messages[task.index] = tuple(m)
+            net = self.world.network
+            numel = [task.algorithm.message_numel(d) + task.net.buffer_dim for d in ("down", "up")]
+            codec = net.codecs["up"]
+            if isinstance(codec, ExchangeCodec):
+                m = net.exchange_messages(*numel, self.exchange_sizes(task))
+            else:
+                m = tuple((n, net.message_bytes(n, d)) for n, d in zip(numel, ("down", "up")))
+            self._messages[task.index] = m
         return m
+
+    def exchange_sizes(self, task):
+        """The message sizes of the upload's exchange codec for this model (compression.md 2.6), checked."""
+        codec = self.world.network.codecs["up"]
+        return codec_boundary.exchange_sizes(codec, codec.exchange_bytes(layout_of(task), self.world.network.bytes_per_param))
 
     def broadcast(self, task, t: int):
         """The algorithm's broadcast, checked against its declared download size (boundary/algorithm.py),

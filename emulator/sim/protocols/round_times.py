@@ -40,8 +40,7 @@ def round_times(proto, task, t: int, ids: np.ndarray, steps, draws) -> tuple:
     dedicated links (NumPy per device group, bit-identical to each client's own pieces)."""
     w, t0 = proto.world, proto.env.now
     steps = np.asarray(steps, dtype=np.int64)
-    bd = w.network.message_bytes(proto.message_numel(task, "down"), "down")
-    bu = w.network.message_bytes(proto.message_numel(task, "up"), "up")
+    (_, bd), (_, bu) = proto.messages(task)
     jit = draws.jitter[:, draws.positions(ids)]
     d = w.network.link_times(ids, bd, "down", jit[0])
     dur, floor = compute_times(w, task, t, ids, steps, t0 + d, draws)

@@ -15,11 +15,13 @@ import numpy as np
 from pydantic import BeforeValidator, Field
 
 from ...algorithms.base import BackgroundTraining
+from ...codecs.exchange import ExchangeCodec
 from ...registry import Params, register
 from ..client import State
 from .background import Background
 from ...scenario.selection_params import SelectingProtocol
 from .base import Call, Gate, LocalWorkParams, Protocol, closing_time, default_select
+from .exchange import SecondPhase
 from .secagg import SecureAggregation
 from .selecting import Selecting
 from .cohort import submit_cohort
@@ -69,6 +71,7 @@ class RoundsParams(LocalWorkParams, SelectingProtocol):
 class Rounds(Protocol):
     name = "rounds"
     charges_evaluation = True
+    exchanges = True
 
     def __init__(self, world, params):
         super().__init__(world, params)
@@ -79,6 +82,9 @@ class Rounds(Protocol):
         self.background = Background(self)
         sa = world.sc.secure_aggregation        # docs/algorithms/secagg.md
         self.secagg = None if sa is None else SecureAggregation(sa, world.network)
+        codec = world.network.codecs["up"]      # an exchange codec's second phase (docs/algorithms/compression.md 2.6)
+        self.second_phase = SecondPhase(world.network, self.exchange_sizes(world.tasks[0])) \
+            if isinstance(codec, ExchangeCodec) else None
         why = self.vector_blockers()
         if params.engine == "vector" and why:
             from ...errors import ScenarioError
@@ -143,8 +149,10 @@ class Rounds(Protocol):
         self.last_participants = len(items)
         secure = {} if setup is None else (yield from self.secagg.round(self, ids, items, log, setup))
         arrivals, agg = self.aggregate(task, t, items, log)
+        second = {} if self.second_phase is None else (yield from self.second_phase.round(env, arrivals, log))
         self.selecting.observe(t, log, items, arrivals)
-        self.finish_aggregation(task, t, arrivals, log, {"round_time": env.now - start, **agg.round_cols, **secure})
+        self.finish_aggregation(task, t, arrivals, log,
+                                {"round_time": env.now - start, **agg.round_cols, **secure, **second})
 
     def round_log(self, t: int, chosen, avail, every_client: bool):
         """Round t's log: a row per client, or (`output.clients_csv: participants`, unless
