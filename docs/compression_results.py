@@ -81,27 +81,26 @@ def bytes_to_target(m: pd.DataFrame, target: float) -> float:
 
 
 def per_run(study, target: float) -> pd.DataFrame:
-    """analysis.metrics.run_metrics (time and rounds to target, final accuracy, round time) and,
-    per run: megabytes uploaded to the target and in all, bytes of one upload, the slow class's
-    share of the aggregated weight and the codec's mean relative error."""
+    """analysis.metrics.run_metrics (time and rounds to target, final accuracy, round time, the
+    slow class's share of the aggregated weight) and, per run: megabytes uploaded to the target
+    and in all, bytes of one upload and the codec's mean relative error."""
     from analysis import metrics as AM
     pr = AM.run_metrics(study, target=target).set_index("run")
     m = with_cumulative_bytes(study.metrics)
     c = study.clients
     rows = []
     for run, g in m.groupby("run"):
-        arrived = c[(c["run"] == run) & (c["weight"] > 0)] if len(c) else c
-        w = arrived.groupby("group")["weight"].sum() if len(arrived) else pd.Series(dtype=float)
         uploads = c[(c["run"] == run) & (c["bytes_up"] > 0)]["bytes_up"] if len(c) else pd.Series(dtype=float)
         rows.append({"run": run, "mb_to_target": bytes_to_target(g, target), "mb_up": float(g["mb_up"].iloc[-1]),
                      "upload_bytes": float(uploads.median()) if len(uploads) else np.nan,
-                     "share_weight_slow": float(w.get("slow", 0.0) / w.sum()) if len(w) and w.sum() > 0 else np.nan,
                      "codec_error": float(g["codec_error"].mean()) if "codec_error" in g else 0.0})
     return pr.join(pd.DataFrame(rows).set_index("run")).reset_index()
 
 
 def _mean_sd(v: pd.Series) -> tuple:
     v = pd.to_numeric(v, errors="coerce").dropna()
+    if np.isinf(v).any():                  # epsilon without noise: infinite, no spread
+        return float(v.max()), np.nan
     return (float(v.mean()) if len(v) else np.nan, float(v.std(ddof=1)) if len(v) > 1 else np.nan)
 
 
@@ -178,8 +177,13 @@ def table_markdown(r: pd.DataFrame, deadline: float) -> str:
             f"{x['reached']}/{x['runs']} | {_pm(x['time_to_target'], x['time_to_target_std'], '.1f')} | {_speedup(r, x)} | "
             f"{_num(x['rounds_to_target'], '.0f')} | {_pm(x['mb_to_target'], x['mb_to_target_std'], '.2f')} | "
             f"{_pm(x['final_acc'], x['final_acc_std'], '.3f')} | {_num(x['mb_up'], '.1f')} | {_num(x['round_time_s'], '.2f')} | "
-            f"{_num(100 * x['share_weight_slow'], '.1f')} % | {_num(x['codec_error'], '.3f')} |")
+            f"{_num(100 * x['share_weight_slow'], '.1f')} % | {_err(x['codec_error'], x['codec'])} |")
     return "\n".join(lines)
+
+
+def _err(v, codec: str) -> str:
+    """The codec's mean relative error: '–' for none, 3 significant digits otherwise."""
+    return "–" if codec == "none" or v is None or np.isnan(v) else format(v, ".3g")
 
 
 def dp_table_markdown(d: pd.DataFrame) -> str:
@@ -228,7 +232,11 @@ def _mean_curve(study, runs, x: str, grid: np.ndarray) -> np.ndarray:
     for run in runs:
         g = m[m["run"] == run]
         ys.append(_resample(g, "test_acc", x, grid, float(g[x].max())))
-    return np.nanmean(np.vstack(ys), axis=0) if ys else np.full(len(grid), np.nan)
+    if not ys:
+        return np.full(len(grid), np.nan)
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore", RuntimeWarning)     # past every run's end: NaN
+        return np.nanmean(np.vstack(ys), axis=0)
 
 
 def _panels(study, target: float, deadline: float, x: str, grid, xlabel: str, title: str, out: Path, logx=False):
@@ -280,6 +288,7 @@ def dp_figure(d: pd.DataFrame, baseline: float, out: Path) -> None:
                         xytext=(6, -12), fontsize=8)
     if not np.isnan(baseline):
         ax.axhline(baseline, color="#555", ls="--", lw=1, label="no noise (z = 0, ε = ∞)")
+    ax.set_ylim(top=max(float(d["final_acc"].max()), 0 if np.isnan(baseline) else baseline) + 0.05)
     ax.set_xscale("log")
     ax.set_xlabel("ε at δ = 1e-5 after the run (log scale)")
     ax.set_ylabel("final test accuracy (mean ± sd of 3 seeds)")
