@@ -91,11 +91,13 @@ def test_the_fleet_is_link_bound_as_the_page_says():
 
 def test_bytes_to_target_is_the_uploads_summed_until_the_first_evaluation_that_reached_it():
     mod = results_module()
-    m = pd.DataFrame({"run": "a", "round": [1, 2, 3, 4], "bytes_up": [1e6, 2e6, 3e6, 4e6],
-                      "test_acc": [0.5, np.nan, 0.9, 0.95]})
+    m = pd.DataFrame({"run": ["b"] * 2 + ["a"] * 4, "round": [2, 1, 1, 2, 3, 4],
+                      "bytes_up": [5e5, 5e5, 1e6, 2e6, 3e6, 4e6], "test_acc": [0.9, 0.8, 0.5, np.nan, 0.9, 0.95]})
     c = mod.with_cumulative_bytes(m)
-    assert c["mb_up"].tolist() == [1.0, 3.0, 6.0, 10.0]
-    assert mod.bytes_to_target(c, 0.85) == 6.0 and np.isnan(mod.bytes_to_target(c, 0.99))
+    a, b = c[c["run"] == "a"], c[c["run"] == "b"]
+    assert a["mb_up"].tolist() == [1.0, 3.0, 6.0, 10.0] and b["mb_up"].tolist() == [0.5, 1.0]   # per run, by round
+    assert mod.bytes_to_target(a, 0.85) == 6.0 and np.isnan(mod.bytes_to_target(a, 0.99))
+    assert mod.bytes_to_target(b, 0.85) == 1.0
 
 
 def test_the_page_shows_the_committed_results_files():
