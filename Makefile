@@ -7,7 +7,7 @@ PIP     := $(BIN)/python -m pip
 # torch is pinned through constraints.txt so that no CUDA wheels are pulled on a CPU machine
 PIPFLAGS := --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test test-slow test-all setup docs docs-check bench study study-selection clean
+.PHONY: demo test test-slow test-all setup docs docs-check bench study study-selection study-compression clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -97,6 +97,15 @@ study-selection: $(STAMP)
 	$(BIN)/flemu sweep scenarios/studies/selection.yaml -j 2
 	$(BIN)/flemu report runs/studies/selection
 	$(BIN)/python docs/selection_results.py runs/studies/selection
+
+# the compression and privacy study (issue 38; docs/studies/compression.md, about 15-20 min on
+# 2 cores): the codec sweep and the DP sweep, their reports, then the page's tables and figures
+study-compression: $(STAMP)
+	$(BIN)/flemu sweep scenarios/studies/compression.yaml -j 2
+	$(BIN)/flemu report runs/studies/compression
+	$(BIN)/flemu sweep scenarios/studies/compression_dp.yaml -j 2
+	$(BIN)/flemu report runs/studies/compression_dp
+	$(BIN)/python docs/compression_results.py runs/studies/compression runs/studies/compression_dp
 
 # benchmarks (issues 5, 19): P1 floor / peers, P2, P3, P4, async -> benchmarks/results/bench.json
 # (about 25 min; BENCH_FLAGS=--quick for a few). Each peer goes into its own venv (never into
