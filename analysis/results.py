@@ -7,7 +7,8 @@ run produced, with the commands that regenerate it, its quick variant and its ou
     python -m analysis.results check  [NAME ...]    each quick variant against its stored numbers
     python -m analysis.results record [NAME ...]    run the quick variants, store their numbers
 
-A quick variant is a `flemu sweep` command run into build/results/quick/NAME. Its numbers are,
+A quick variant is a `flemu sweep` command run into build/results/quick/NAME (with `keep:`,
+on a copy of its sweep file that keeps only some variants and values of its axes). Its numbers are,
 per condition (the swept values but the seed), the mean over the seeds of each metric named in
 the manifest, stored in results/quick/NAME.json with their spread over the seeds (max - min).
 `check` fails when a number moved further from the stored one than that spread, or than its
@@ -73,12 +74,49 @@ def _env() -> dict:
     return env
 
 
+def _label(value) -> str:
+    """A grid value's label, as the sweep names it: a component's name (`{model: markov, ...}` -> markov)."""
+    if isinstance(value, dict):
+        return str(value.get("model", value.get("name", value)))
+    return str(value)
+
+
+def narrowed(sweep_file: Path, keep: dict, out: Path) -> Path:
+    """A copy of a sweep file with only the variants (`keep: {variant: [...]}`) and the values
+    of its grid axes (`keep: {AXIS: [label, ...]}`) kept, its base made absolute: a quick
+    variant that reads its conditions from the full sweep file rather than a copy of them."""
+    raw = yaml.safe_load(Path(sweep_file).read_text())
+    for axis, labels in keep.items():
+        labels = [str(x) for x in labels]
+        where = raw.get("variants") if axis == "variant" else (raw.get("grid") or {}).get(axis)
+        if where is None:
+            raise ValueError(f"{sweep_file}: no axis {axis!r} to keep {labels} of")
+        kept = ({k: v for k, v in where.items() if str(k) in labels} if isinstance(where, dict)
+                else [v for v in where if _label(v) in labels])
+        if len(kept) != len(labels):
+            raise ValueError(f"{sweep_file}: {axis} has not all of {labels}")
+        if axis == "variant":
+            raw["variants"] = kept
+        else:
+            raw["grid"][axis] = kept
+    if isinstance(raw.get("base"), str):
+        raw["base"] = str((Path(sweep_file).parent / raw["base"]).resolve())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
 def run_quick(entry: dict, out_root: Path = QUICK_RUNS) -> Path:
     """Run the entry's quick sweep afresh into out_root/NAME; its sweep folder."""
     out = Path(out_root) / entry["name"]
     if out.exists():
         shutil.rmtree(out)
-    cmd = f"{entry['quick']['sweep']} --out {shlex.quote(str(out))} -q"
+    cmd = entry["quick"]["sweep"]
+    if entry["quick"].get("keep"):
+        words = shlex.split(cmd)
+        small = narrowed(ROOT / words[2], entry["quick"]["keep"], Path(out_root) / f"{entry['name']}.sweep.yaml")
+        cmd = shlex.join(words[:2] + [str(small)] + words[3:])
+    cmd = f"{cmd} --out {shlex.quote(str(out))} -q"
     subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=_env(), check=True)
     return out
 
@@ -165,14 +203,15 @@ def record(entry: dict, out_root: Path = QUICK_RUNS, stored_dir: Path = STORED) 
     return p
 
 
-def check(entry: dict, out_root: Path = QUICK_RUNS, stored_dir: Path = STORED, sweep_dir: Optional[Path] = None) -> list:
+def check(entry: dict, out_root: Optional[Path] = None, stored_dir: Optional[Path] = None,
+          sweep_dir: Optional[Path] = None) -> list:
     """The drift lines of one quick variant (run afresh unless sweep_dir is given)."""
-    p = Path(stored_dir) / f"{entry['name']}.json"
+    p = Path(stored_dir or STORED) / f"{entry['name']}.json"
     if not p.exists():
         return [f"no stored numbers {p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}: "
                 f"python -m analysis.results record {entry['name']}"]
     stored = json.loads(p.read_text())
-    return drifts(stored, quick_numbers(entry, sweep_dir or run_quick(entry, out_root)))
+    return drifts(stored, quick_numbers(entry, sweep_dir or run_quick(entry, out_root or QUICK_RUNS)))
 
 
 def _pick(entries: list, names: list) -> list:

@@ -53,12 +53,13 @@ def test_a_planted_drift_fails_naming_the_number(cheap_sweep, tmp_path, monkeypa
     stored = json.loads((R.STORED / f"{CHEAP}.json").read_text())
     key = sorted(stored["numbers"])[0]
     n = stored["numbers"][key]
-    tol = R.tolerance(n, stored["floor"])
-    n["value"] += 3 * tol                              # planted: three tolerances away
+    fresh_value = n["value"]
+    n["value"] += 3 * R.tolerance(n, stored["floor"])  # planted: three tolerances away
+    tol = R.tolerance(n, stored["floor"])               # (its relative floor grows with it)
     (tmp_path / f"{CHEAP}.json").write_text(json.dumps(stored))
     bad = R.check(entry(CHEAP), stored_dir=tmp_path, sweep_dir=cheap_sweep)
-    assert len(bad) == 1 and bad[0].startswith(f"{key}: stored ") and f"beyond tolerance {tol:.3g}" in bad[0]
-    assert f"drift {-3 * tol:+.3g}" in bad[0], bad[0]
+    assert len(bad) == 1 and bad[0].startswith(f"{key}: stored {n['value']:.6g}, now "), bad
+    assert f"drift {fresh_value - n['value']:+.3g} beyond tolerance {tol:.3g}" in bad[0], bad[0]
     # the command fails on it and says which number drifted
     monkeypatch.setattr(R, "STORED", tmp_path)
     monkeypatch.setattr(R, "run_quick", lambda e, out_root=None: cheap_sweep)
@@ -93,3 +94,18 @@ def test_stamp_says_the_commit_and_a_dirty_tree(tmp_path):
     (tmp_path / "f").write_text("b")
     assert R.stamp(tmp_path) == {"commit": head, "dirty": True}
     assert R.stamp_text(R.stamp(tmp_path)) == f"commit {head} with uncommitted changes"
+
+
+def test_keep_narrows_the_full_sweep_file(tmp_path):
+    """A quick variant's `keep:` reads its conditions from the full sweep file: the variants and
+    settings are the file's own, only fewer."""
+    import yaml
+    full = yaml.safe_load((R.ROOT / "scenarios/studies/availability.yaml").read_text())
+    small = yaml.safe_load(R.narrowed(R.ROOT / "scenarios/studies/availability.yaml",
+                                      {"clients.groups[*].availability": ["markov_time"], "variant": ["tsfl_dms"]},
+                                      tmp_path / "a.yaml").read_text())
+    assert small["variants"] == {"tsfl_dms": full["variants"]["tsfl_dms"]}
+    assert small["grid"]["clients.groups[*].availability"] == [full["grid"]["clients.groups[*].availability"][4]]
+    assert small["base"] == str(R.ROOT / "scenarios/studies/study_base.yaml")
+    with pytest.raises(ValueError, match="not all of"):
+        R.narrowed(R.ROOT / "scenarios/studies/stragglers.yaml", {"slow_share": ["0.3"]}, tmp_path / "b.yaml")
