@@ -94,7 +94,7 @@ def write_block(page_text: str, key: str, body: str) -> str:
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(page_text):
         raise SystemExit(f"{PAGE}: no {begin} ... {end} block")
-    return pat.sub(lambda _: f"{begin}\n{body}\n{end}", page_text)
+    return pat.sub(lambda _: f"{begin}\n{body}\n\n{end}", page_text)
 
 
 def figures(sweep: Path) -> None:
