@@ -97,7 +97,7 @@ study: $(STAMP)
 # and figure a docs page shows that runs produced, with its commands, quick variant and outputs.
 # `make results` re-runs the full commands (hours; outside CI; benchmarks and mutation scores are
 # listed, not re-run: `make bench`, `make mutate`); RESULTS="a b" picks some.
-# `make results-check` re-runs every quick variant (about 3 min on 2 cores) and compares its
+# `make results-check` re-runs every quick variant (about 2 min on 2 cores; in CI) and compares its
 # numbers with results/quick/NAME.json: it fails, naming the number, its drift and the
 # tolerance, when one moved beyond its seeds' spread (with a small floor). After a change that
 # moves results on purpose, `make results-record` stores the new quick numbers (say why in
