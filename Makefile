@@ -84,12 +84,32 @@ docs: $(STAMP)
 docs-check: docs
 	$(BIN)/python docs/tools/browser_check.py --out site-check
 
-# the straggler and availability study (issue 7): two sweeps, then their reports
+# the straggler and availability study (issue 7): two sweeps, their reports, then the tables
+# and figures of docs/studies.md from the sweep folders (each table stamped with its commit)
 study: $(STAMP)
 	$(BIN)/flemu sweep scenarios/studies/stragglers.yaml
 	$(BIN)/flemu report runs/studies/stragglers
 	$(BIN)/flemu sweep scenarios/studies/availability.yaml
 	$(BIN)/flemu report runs/studies/availability
+	$(BIN)/python docs/studies_results.py
+
+# results that regenerate (issue 39; docs/results.md): results/manifest.yaml lists every number
+# and figure a docs page shows that runs produced, with its commands, quick variant and outputs.
+# `make results` re-runs the full commands (hours; outside CI; benchmarks and mutation scores are
+# listed, not re-run: `make bench`, `make mutate`); RESULTS="a b" picks some.
+# `make results-check` re-runs every quick variant (about 2 min on 2 cores; in CI) and compares its
+# numbers with results/quick/NAME.json: it fails, naming the number, its drift and the
+# tolerance, when one moved beyond its seeds' spread (with a small floor). After a change that
+# moves results on purpose, `make results-record` stores the new quick numbers (say why in
+# docs/changelog.md).
+RESULTS ?=
+.PHONY: results results-check results-record
+results: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m analysis.results full $(RESULTS)
+results-check: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m analysis.results check $(RESULTS)
+results-record: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m analysis.results record $(RESULTS)
 
 # the client-selection study (issue 35; docs/selection-study.md, about 15 min on 2 cores): the
 # sweep, its report, then the page's table, headlines and figures from the sweep folder

@@ -9,7 +9,7 @@ round, the client went offline, ...; its `cut` says why), `offline`, and `idle` 
 not working: the gaps); each round's start, deadline and aggregation; the clients, grouped
 by device group. A window of rounds (`rounds=(3, 8)`: from round 3's start to round 8's
 aggregation) and a cap on clients (`clients=N`, taken in turn from each group) keep a large
-fleet readable.
+fleet readable; `flemu timeline` draws at most DEFAULT_CLIENTS unless told otherwise.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ COLORS = {"download": "#4c78a8", "compute": "#54a24b", "upload": "#f58518", "lat
           "offline": "#9d9d9d", "idle": "#f2f2f2"}
 LEGEND = {"download": "download", "compute": "compute", "upload": "upload",
           "late": "late / cut (work lost)", "offline": "offline", "idle": "idle (online)"}
+DEFAULT_CLIENTS = 200     # `flemu timeline`'s cap: a fleet of thousands would draw one pixel a client
 ROUNDS_RULE = "give FIRST:LAST (e.g. 3:8), or one round N; rounds are whole numbers >= 1 and FIRST <= LAST"
 
 
@@ -50,7 +51,8 @@ def parse_rounds(text: Optional[str]) -> Optional[tuple]:
 class RunTimeline:
     """What `load` read: `spans` (client, group, round, model, phase, kind, start, end,
     bytes, cut), `rounds` (round, start, deadline, end: its aggregation), `clients` (ids in
-    drawing order: by group, then id), `groups` (each client's group), the window [t0, t1]."""
+    drawing order: by group, then id), `groups` (each client's group, every client of the
+    run), the window [t0, t1]; `left_out`: the run's clients not drawn (the cap)."""
 
     name: str
     spans: pd.DataFrame
@@ -59,6 +61,10 @@ class RunTimeline:
     groups: dict
     t0: float
     t1: float
+
+    @property
+    def left_out(self) -> int:
+        return len(self.groups) - len(self.clients)
 
 
 def read_pieces(run_dir) -> pd.DataFrame:

@@ -15,6 +15,8 @@ from .cli_common import fail as _fail, out
 
 ROUNDS_HELP = "a window of rounds FIRST:LAST (e.g. 3:8; 5; 3: or :8), from FIRST's start to LAST's aggregation"
 CLIENTS_HELP = "at most this many clients, taken in turn from each device group"
+TIMELINE_CLIENTS_HELP = ("at most this many clients, taken in turn from each device group "
+                         "(default 200; a line says how many were left out)")
 
 
 def _load(run_dir: Path, rounds: Optional[str], clients: Optional[int]):
@@ -33,14 +35,17 @@ def timeline(run_dir: Path = typer.Argument(..., help="run directory (written wi
              out_file: Optional[Path] = typer.Option(None, "--out", "-o",
                                                      help="PNG to write (default RUN/timeline.png); the page beside it, .html"),
              rounds: Optional[str] = typer.Option(None, "--rounds", help=ROUNDS_HELP),
-             clients: Optional[int] = typer.Option(None, "--clients", help=CLIENTS_HELP)):
+             clients: Optional[int] = typer.Option(None, "--clients", help=TIMELINE_CLIENTS_HELP),
+             all_clients: bool = typer.Option(False, "--all-clients", help="draw every client of the run")):
     """Draw what each client did when over virtual time: download, compute, upload, late or
     cut, offline, idle; deadlines and aggregations marked; clients grouped by device group.
     Writes a PNG and a self-contained interactive HTML page (zoom, hover; works offline)."""
-    from analysis import timeline_draw
+    from analysis import timeline as T, timeline_draw
     from .runs import outputs
 
-    tl = _load(run_dir, rounds, clients)
+    if all_clients and clients is not None:
+        _fail(f"--clients {clients} and --all-clients: give one of them")
+    tl = _load(run_dir, rounds, None if all_clients else (T.DEFAULT_CLIENTS if clients is None else clients))
     png = out_file or run_dir / "timeline.png"
     if png.suffix.lower() != ".png":
         _fail(f"--out {png}: give a .png file (the HTML page is written beside it)")
@@ -52,6 +57,9 @@ def timeline(run_dir: Path = typer.Argument(..., help="run directory (written wi
         timeline_draw.html(tl, page)
     except (outputs.OutputError, ValueError) as e:
         _fail(e)
+    if tl.left_out:
+        out.print(f"drew {len(tl.clients):,} of the run's {len(tl.groups):,} clients ({tl.left_out:,} left out, "
+                  f"taken in turn from each device group); --clients N or --all-clients to change", highlight=False)
     out.print(f"wrote {png} and {page}", highlight=False)
 
 

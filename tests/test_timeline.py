@@ -263,3 +263,46 @@ def test_the_offline_periods_of_a_large_fleet_make_no_client_objects():
     off = frame[frame["phase"] == "offline"]
     assert off["client"].nunique() > 100                        # most of the fleet was offline some round
     assert w.clients.touched < 100, w.clients.touched            # yet only the selected ones were made
+
+
+@pytest.fixture(scope="module")
+def fleet_1000(tmp_path_factory):
+    """1,000 clients in two device groups of 500 (Markov availability, two rounds), timeline on."""
+    sc = avail(MARKOV, **{"run.rounds": 2, "run.timeline": True})
+    sc["clients"]["count"] = 1000
+    for g in sc["clients"]["groups"]:
+        g["count"] = 500
+    sc["workload"]["partition"] = {"name": "iid"}
+    return emulator.run(sc, out=tmp_path_factory.mktemp("fleet") / "run").run_dir
+
+
+def _drawn(page) -> dict:
+    """The clients the interactive page draws: id -> device group."""
+    html = page.read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="tl-data">(.*?)</script>', html, re.S)
+                      .group(1).replace("<\\/", "</"))
+    return {int(c): g for c, g in data["groups"].items()}
+
+
+def test_timeline_of_a_large_fleet_draws_the_default_cap(fleet_1000, tmp_path):
+    """`flemu timeline` on 1,000 clients draws TL.DEFAULT_CLIENTS (200), 100 from each device
+    group, and says how many it left out; --clients N and --all-clients override it."""
+    png = tmp_path / "tl.png"
+    res = CliRunner().invoke(app, ["timeline", str(fleet_1000), "-o", str(png)])
+    assert res.exit_code == 0, res.output
+    drawn = _drawn(png.with_suffix(".html"))
+    assert TL.DEFAULT_CLIENTS == 200 and len(drawn) == 200
+    assert sorted(pd.Series(drawn).value_counts().tolist()) == [100, 100]       # evenly across the groups
+    assert "drew 200 of the run's 1,000 clients (800 left out" in " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, ["timeline", str(fleet_1000), "-o", str(png), "--clients", "7"])
+    assert res.exit_code == 0 and len(_drawn(png.with_suffix(".html"))) == 7, res.output
+    assert "(993 left out" in " ".join(res.output.split()), res.output
+    tl = TL.load(fleet_1000, None, None)                                        # --all-clients: every client
+    assert len(tl.clients) == 1000 and tl.left_out == 0
+
+
+def test_clients_and_all_clients_together_exit_2(fleet_1000, tmp_path):
+    png = tmp_path / "tl.png"
+    res = CliRunner().invoke(app, ["timeline", str(fleet_1000), "-o", str(png), "--clients", "5", "--all-clients"])
+    assert res.exit_code == 2 and "--all-clients" in res.output and "Traceback" not in res.output, res.output
+    assert not png.exists()
