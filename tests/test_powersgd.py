@@ -101,6 +101,27 @@ def test_the_residual_is_the_update_less_the_clients_own_decoded_message():
         assert float(Algo.states.row(f"{RESIDUAL}.0", 1).abs().sum()) == 0   # not read: untouched
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_exchange_on_cuda_stays_on_the_uploads_device_and_agrees_with_the_cpu(tmp_path):
+    layout, c = Layout(((6, 5), (6,))), powersgd(rank=2)
+    q = c.initial_state(layout, np.random.default_rng(4))                    # drawn on the CPU
+    ps = [randn(36, seed=s) for s in (1, 2)]
+    cpu, q_cpu = c.exchange(ps, layout, q)
+    gpu, q_gpu = c.exchange([p.cuda() for p in ps], layout, q)
+    assert all(d.device.type == "cuda" for d in gpu) and q_gpu[0].device.type == "cuda"
+    for a, b in zip(cpu, gpu):
+        assert torch.allclose(b.cpu(), a, rtol=0, atol=1e-12)
+    again, _ = c.exchange([p.cuda() for p in ps], layout, q_gpu)              # the state, kept on cuda, is used there
+    assert torch.allclose(again[0].cpu(), c.exchange(ps, layout, q_cpu)[0][0], rtol=0, atol=1e-12)
+    runs = {}
+    for dev in ("cpu", "cuda"):                                                # a run: uploads and residuals on cuda
+        sc = tiny(**{"network.codec": {"up": {"name": "powersgd", "rank": 1}}, "executor": {"name": "sequential", "device": dev}})
+        api.run(sc, out=tmp_path / dev)
+        assert json.load(open(tmp_path / dev / "summary.json"))["status"] == "complete"
+        runs[dev] = np.load(tmp_path / dev / "model.npy")
+    assert np.allclose(runs["cuda"], runs["cpu"], atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- bytes
 def test_exact_bytes_of_each_message_for_a_hand_sized_model(tmp_path):
     conv = ((20, 10, 5, 5), (20,), (50, 320), (50,), (3, 100))

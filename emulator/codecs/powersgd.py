@@ -77,7 +77,7 @@ class PowerSGD(FeedbackCodec, ExchangeCodec):
                 for i, part in enumerate(parts):
                     out[i].append(part[j])
                 continue
-            q = next(qs)
+            q = next(qs).to(device=parts[0][j].device, dtype=torch.float64)   # where the uploads are
             ms = [part[j].reshape(mat) for part in parts]
             p_hat = _fp32(orthonormalise(torch.stack([_fp32(m @ q) for m in ms]).mean(0)))
             q_i = [_fp32(m.T @ p_hat) for m in ms]
