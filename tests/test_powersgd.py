@@ -193,6 +193,7 @@ def test_powersgd_runs_are_the_same_bits_on_both_engines_and_close_across_execut
 
 
 # ----------------------------------------------------------------------------- boundaries
+DP_FEDAVG = {"name": "dp_fedavg", "lr": 0.1, "clip": 0.5, "noise_multiplier": 0.5, "clients_per_round": 3}
 BAD = [({"network.codec": {"up": {"name": "powersgd", "rank": 0}}}, "network.codec.up.rank", "greater than or equal to 1"),
        ({"network.codec": {"down": "powersgd"}}, "network.codec.down", "on the download use one of"),
        ({"network.codec": {"up": "powersgd"}, "protocol": {"name": "async", "local_steps": 2},
@@ -200,7 +201,9 @@ BAD = [({"network.codec": {"up": {"name": "powersgd", "rank": 0}}}, "network.cod
        ({"network.codec": {"up": "powersgd"}, "secure_aggregation": {"protocol": "secagg"}}, "network.codec.up",
         "masking of its second phase is not modelled"),
        ({"network.codec": {"up": "powersgd"}, "network.server_link": {"up_mbps": 100, "down_mbps": 100}},
-        "network.codec.up", "timed over dedicated client links")]
+        "network.codec.up", "timed over dedicated client links"),
+       ({"network.codec": {"up": "powersgd"}, "algorithm": DP_FEDAVG}, "network.codec.up",
+        "bound on one client's clipped upload (its sensitivity) no longer holds")]
 
 
 @pytest.mark.parametrize("over,path,words", BAD, ids=[b[1] + ":" + b[2][:14] for b in BAD])
@@ -210,3 +213,11 @@ def test_a_bad_powersgd_block_is_one_error_at_its_yaml_path(tmp_path, over, path
     res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "runs" / "bad"), "-q"])
     assert res.exit_code == 2 and f"{path}:" in res.output and words in res.output, res.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_sample_level_dp_sgd_runs_under_powersgd_and_dp_fedavg_under_a_per_message_codec():
+    # dp_sgd's privacy is local (each sample's gradient clipped on the client): the exchange is allowed
+    api.load(tiny(**{"network.codec": {"up": "powersgd"}, "algorithm": {"name": "dp_sgd", "lr": 0.1}}))
+    api.load(tiny(**{"network.codec": {"up": {"name": "qsgd", "s": 3}}, "algorithm": DP_FEDAVG}))
+    with pytest.raises(api.ScenarioError, match="sensitivity"):
+        api.load(tiny(**{"network.codec": {"up": "powersgd"}, "algorithm": DP_FEDAVG}))
