@@ -77,6 +77,18 @@ def test_warm_started_power_iteration_reaches_the_best_rank_r_error():
     assert errs[-1] == pytest.approx(best, rel=1e-5)
 
 
+def test_a_zero_update_does_not_kill_the_shared_q():
+    # a zero mean P gives P̂ = 0 and every Q_i = 0: the next Q keeps the previous columns, so
+    # the next nonzero M is decoded (a zero Q would stay zero for ever)
+    layout, c = Layout(((6, 5),)), powersgd(rank=2)
+    q = c.initial_state(layout, np.random.default_rng(4))
+    (d,), q1 = c.exchange([torch.zeros(30, dtype=F64)], layout, q)
+    assert float(d.abs().sum()) == 0 and torch.equal(q1[0], q[0])
+    m = randn(6, 2, seed=1) @ randn(2, 5, seed=2)
+    (d,), _ = c.exchange([m.reshape(-1)], layout, q1)
+    assert float((d.reshape(6, 5) - m).norm()) <= 1e-6 * float(m.norm())      # rank 2: exact again
+
+
 def test_the_residual_is_the_update_less_the_clients_own_decoded_message():
     class Algo:                      # what an encoding reads of an algorithm: its state store and reference
         up_reference = "zero"

@@ -10,6 +10,7 @@ aggregation; i.i.d. standard normal before the first), for the clients i it read
     P̂   = orthonormalise(mean_i P_i)    (Gram-Schmidt; phase 2, down: rows x r_j)
     Q_i = M_iᵀ P̂                        (phase 2, up: cols x r_j)
     the server decodes M_i as P̂ Q_iᵀ; the next aggregation's Q is mean_i Q_i
+                                        (a column of it that is all zero keeps the previous Q's)
 
 P, P̂ and the Q's travel in fp32 (rounded so). The decoded value is linear in Q_i, so the
 algorithm's weighted mean of the decoded uploads is P̂ (sum_i w_i Q_i)ᵀ: PowerSGD's decoding
@@ -49,6 +50,14 @@ def orthonormalise(p: torch.Tensor) -> torch.Tensor:
     return q
 
 
+def _warm(q_new: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The next aggregation's Q: the new one, but a column that came back all zero (a zero
+    column of P̂, or Q_i that cancel) keeps the previous Q's column; a zero column of Q would
+    make P's column zero, and so the next Q's, for ever."""
+    dead = (q_new == 0).all(0)
+    return torch.where(dead, q, q_new) if bool(dead.any()) else q_new
+
+
 class PowerSGD(FeedbackCodec, ExchangeCodec):
     """PowerSGD rank r (Vogels et al. 2019): P = M Q up, the orthonormalised mean P̂ down, Q = Mᵀ P̂ up."""
 
@@ -83,7 +92,7 @@ class PowerSGD(FeedbackCodec, ExchangeCodec):
             q_i = [_fp32(m.T @ p_hat) for m in ms]
             for i, qi in enumerate(q_i):
                 out[i].append((p_hat @ qi.T).reshape(-1))
-            new_state.append(_fp32(torch.stack(q_i).mean(0)))
+            new_state.append(_warm(_fp32(torch.stack(q_i).mean(0)), q))
         return [torch.cat(o).to(device=p.device, dtype=p.dtype) for o, p in zip(out, ps)], new_state
 
 
