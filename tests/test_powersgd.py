@@ -23,7 +23,7 @@ from emulator.codecs.encoding import RESIDUAL, ExchangeEncoding
 from emulator.codecs.exchange import ExchangeBytes, Layout
 from emulator.rng import Streams
 from emulator.scenario.schema import member
-from conftest import tiny
+from conftest import quadratic_scenario, tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 F64 = torch.float64
@@ -183,6 +183,23 @@ def test_a_slow_links_round_includes_the_extra_round_trip(tmp_path, engine):
     assert m.round_time.to_numpy() == pytest.approx(first["fast"] + second["slow"], rel=0, abs=1e-12)
     slow = c[c.client >= 4]
     assert slow.comm_time.to_numpy() == pytest.approx(first["slow"] - 0.5, rel=0, abs=1e-12)   # comm_time: phase 1
+
+
+def test_a_model_of_vectors_only_has_no_second_phase(tmp_path):
+    # the quadratic model is one vector of d values: nothing to exchange, so no phase 2 (0 s, no
+    # bytes); the round is the plain round: down and up d x 4 + 16 bytes, 2 steps of 1 s
+    sc = quadratic_scenario(rounds=2, steps=2)
+    sc["clients"]["groups"][0]["network"] = {"latency": 0.01, "up_mbps": 1, "down_mbps": 2}
+    sc["network"] = {"codec": {"up": "powersgd"}, "overhead_bytes": 16}
+    api.run(sc, out=tmp_path / "q")
+    d = np.load(tmp_path / "q" / "model.npy").size
+    nb = 4 * d + 16
+    m = pd.read_csv(tmp_path / "q" / "metrics.csv").query("round > 0")
+    c = pd.read_csv(tmp_path / "q" / "clients.csv")
+    assert (m.exchange_seconds == 0).all() and set(c.bytes_up) == set(c.bytes_down) == {nb}
+    assert (m.bytes_up == 6 * nb).all() and (m.bytes_down == 6 * nb).all()
+    want = (0.01 + nb * 8 / 2e6) + 2 * 1.0 + (0.01 + nb * 8 / 1e6)
+    assert m.round_time.to_numpy() == pytest.approx(want, rel=0, abs=1e-12)
 
 
 @pytest.mark.parametrize("algo", ["fedavg", "scaffold"])
