@@ -136,12 +136,19 @@ def test_an_exchange_on_cuda_stays_on_the_uploads_device_and_agrees_with_the_cpu
 
 # ----------------------------------------------------------------------------- bytes
 def test_exact_bytes_of_each_message_for_a_hand_sized_model(tmp_path):
-    conv = ((20, 10, 5, 5), (20,), (50, 320), (50,), (3, 100))
-    # matrices 20 x 250 (r 4), 50 x 320 (r 4), 3 x 100 (r = min(4, 3) = 3); vectors 20 + 50
-    p, q = 4 * (20 * 4 + 50 * 4 + 3 * 3), 4 * (250 * 4 + 320 * 4 + 100 * 3)
-    assert powersgd(rank=4).exchange_bytes(Layout(conv), 4) == ExchangeBytes(q, p + 4 * 70, p, q)
+    conv = ((20, 10, 5, 5), (20,), (50, 320), (50,), (3, 100), (6, 5))
+    # matrices 20 x 250 (r 4), 50 x 320 (r 4) compressed; 3 x 100 (r = min(4, 3) = 3: 3 x 103 >= 300
+    # values) and 6 x 5 (4 x 11 >= 30) travel as they are, with the vectors: 20 + 50 + 300 + 30
+    p, q = 4 * (20 * 4 + 50 * 4), 4 * (250 * 4 + 320 * 4)
+    assert powersgd(rank=4).exchange_bytes(Layout(conv), 4) == ExchangeBytes(q, p + 4 * 400, p, q)
     assert powersgd(rank=4).exchange_bytes(Layout(conv, vectors=2, extra=30), 2) == \
-        ExchangeBytes(2 * q, 2 * p + 2 * (140 + 30), 2 * p, 2 * q)
+        ExchangeBytes(2 * q, 2 * p + 2 * (800 + 30), 2 * p, 2 * q)
+    # rank 2 on the 6 x 5: 2 x 11 < 30, compressed (at 3, 33 >= 30: as it is)
+    assert powersgd(rank=2).exchange_bytes(Layout(((6, 5),)), 4) == ExchangeBytes(4 * 10, 4 * 12, 4 * 12, 4 * 10)
+    assert powersgd(rank=3).exchange_bytes(Layout(((6, 5),)), 4) == ExchangeBytes(0, 4 * 30, 0, 0)
+    m = randn(30, seed=1)
+    (d,), state = powersgd(rank=3).exchange([m], Layout(((6, 5),)), [])
+    assert torch.equal(d, m) and state == []                  # sent as it is, no Q kept
     # a run: logreg on digits (a 10 x 64 weight, 10 biases), r = 2, 16 bytes of overhead a message
     out = tmp_path / "p"
     api.run(tiny(**{"network.codec": {"up": {"name": "powersgd", "rank": 2}}, "network.overhead_bytes": 16}), out=out)
