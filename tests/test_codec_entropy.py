@@ -3,6 +3,8 @@ hand-built message is the hand-computed one, and a run reports it per upload and
 in `bytes_up_entropy` while its clock keeps the fixed-width size."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -57,3 +59,21 @@ def test_a_run_reports_the_coded_size_and_times_the_fixed_one(tmp_path):
     per_round = sel.groupby("round").bytes_up_entropy.sum()
     assert m.set_index("round").bytes_up_entropy.to_dict() == per_round.to_dict()
     assert (m.bytes_up == 3 * fixed).all()
+
+
+def test_an_aggregation_that_encoded_nothing_reports_no_coded_size():
+    # like codec_error: empty (NaN) when the aggregation encoded no upload, not 0 bytes
+    from emulator.codecs.encoding import UploadEncoding
+    from emulator.rng import Streams
+
+    class Algo:
+        up_reference = "zero"
+
+    codec = registry.get("codec", "qsgd").factory(member("codec", "qsgd", s=1, bucket=64))
+    enc = UploadEncoding(codec, Algo, Streams(0), 0, overhead=40)
+    rows, clients = enc.take_columns()
+    assert math.isnan(rows["bytes_up_entropy"]) and math.isnan(rows["codec_error"]) and clients["bytes_up_entropy"] == {}
+    enc.encode(2, 1, [torch.zeros(9, dtype=torch.float64)], None)   # one upload, a zero bucket of 9
+    rows, clients = enc.take_columns()
+    # the norm's 32 bits and the end gap 9 + 1 = 10, "11 1010 0": 39 bits, 5 bytes, and the overhead
+    assert rows["bytes_up_entropy"] == clients["bytes_up_entropy"][2] == 5 + 40

@@ -1,6 +1,6 @@
 """Encoded runs do not depend on how many runs go at once (docs/algorithms/compression.md
-1.3: every draw comes from the client's keyed stream): a sweep of a QSGD run and a top-k run
-with error feedback writes the same metrics.csv, bit for bit, under `-j 1` and `-j 2`, and
+1.3: every draw comes from the client's keyed stream): a sweep of a QSGD run, a top-k run
+with error feedback and a PowerSGD run (its Q from the model's keyed stream, 2.6) writes the same metrics.csv, bit for bit, under `-j 1` and `-j 2`, and
 the executors (one job after another, a pool of job threads, stacked jobs) agree within float
 tolerance."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from emulator import sweep as sw
 from conftest import tiny
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
-CODECS = {"qsgd": {"name": "qsgd", "s": 3, "bucket": 64}, "topk": {"name": "topk", "fraction": 0.05}}
+CODECS = {"qsgd": {"name": "qsgd", "s": 3, "bucket": 64}, "topk": {"name": "topk", "fraction": 0.05},
+          "powersgd": {"name": "powersgd", "rank": 2}}
 
 
 def sweep_metrics(out, workers: int) -> dict:
@@ -33,10 +34,11 @@ def without_wall_time(text: str) -> str:
 
 def test_an_encoded_sweep_is_the_same_bits_under_j1_and_j2(tmp_path):
     one, two = sweep_metrics(tmp_path / "j1", 1), sweep_metrics(tmp_path / "j2", 2)
-    assert sorted(one) == sorted(two) == ["variant=qsgd__seed=0", "variant=topk__seed=0"]
+    assert sorted(one) == sorted(two) == ["variant=powersgd__seed=0", "variant=qsgd__seed=0", "variant=topk__seed=0"]
     for run in one:
         assert without_wall_time(one[run]) == without_wall_time(two[run]), run
     assert "bytes_up_entropy" in one["variant=qsgd__seed=0"] and "codec_error" in one["variant=topk__seed=0"]
+    assert "exchange_seconds" in one["variant=powersgd__seed=0"]
 
 
 @pytest.mark.parametrize("name", sorted(CODECS))

@@ -23,7 +23,7 @@ from emulator.codecs.encoding import RESIDUAL, ExchangeEncoding
 from emulator.codecs.exchange import ExchangeBytes, Layout
 from emulator.rng import Streams
 from emulator.scenario.schema import member
-from conftest import tiny
+from conftest import quadratic_scenario, tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 F64 = torch.float64
@@ -77,6 +77,18 @@ def test_warm_started_power_iteration_reaches_the_best_rank_r_error():
     assert errs[-1] == pytest.approx(best, rel=1e-5)
 
 
+def test_a_zero_update_does_not_kill_the_shared_q():
+    # a zero mean P gives P̂ = 0 and every Q_i = 0: the next Q keeps the previous columns, so
+    # the next nonzero M is decoded (a zero Q would stay zero for ever)
+    layout, c = Layout(((6, 5),)), powersgd(rank=2)
+    q = c.initial_state(layout, np.random.default_rng(4))
+    (d,), q1 = c.exchange([torch.zeros(30, dtype=F64)], layout, q)
+    assert float(d.abs().sum()) == 0 and torch.equal(q1[0], q[0])
+    m = randn(6, 2, seed=1) @ randn(2, 5, seed=2)
+    (d,), _ = c.exchange([m.reshape(-1)], layout, q1)
+    assert float((d.reshape(6, 5) - m).norm()) <= 1e-6 * float(m.norm())      # rank 2: exact again
+
+
 def test_the_residual_is_the_update_less_the_clients_own_decoded_message():
     class Algo:                      # what an encoding reads of an algorithm: its state store and reference
         up_reference = "zero"
@@ -101,14 +113,42 @@ def test_the_residual_is_the_update_less_the_clients_own_decoded_message():
         assert float(Algo.states.row(f"{RESIDUAL}.0", 1).abs().sum()) == 0   # not read: untouched
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_exchange_on_cuda_stays_on_the_uploads_device_and_agrees_with_the_cpu(tmp_path):
+    layout, c = Layout(((6, 5), (6,))), powersgd(rank=2)
+    q = c.initial_state(layout, np.random.default_rng(4))                    # drawn on the CPU
+    ps = [randn(36, seed=s) for s in (1, 2)]
+    cpu, q_cpu = c.exchange(ps, layout, q)
+    gpu, q_gpu = c.exchange([p.cuda() for p in ps], layout, q)
+    assert all(d.device.type == "cuda" for d in gpu) and q_gpu[0].device.type == "cuda"
+    for a, b in zip(cpu, gpu):
+        assert torch.allclose(b.cpu(), a, rtol=0, atol=1e-12)
+    again, _ = c.exchange([p.cuda() for p in ps], layout, q_gpu)              # the state, kept on cuda, is used there
+    assert torch.allclose(again[0].cpu(), c.exchange(ps, layout, q_cpu)[0][0], rtol=0, atol=1e-12)
+    runs = {}
+    for dev in ("cpu", "cuda"):                                                # a run: uploads and residuals on cuda
+        sc = tiny(**{"network.codec": {"up": {"name": "powersgd", "rank": 1}}, "executor": {"name": "sequential", "device": dev}})
+        api.run(sc, out=tmp_path / dev)
+        assert json.load(open(tmp_path / dev / "summary.json"))["status"] == "complete"
+        runs[dev] = np.load(tmp_path / dev / "model.npy")
+    assert np.allclose(runs["cuda"], runs["cpu"], atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- bytes
 def test_exact_bytes_of_each_message_for_a_hand_sized_model(tmp_path):
-    conv = ((20, 10, 5, 5), (20,), (50, 320), (50,), (3, 100))
-    # matrices 20 x 250 (r 4), 50 x 320 (r 4), 3 x 100 (r = min(4, 3) = 3); vectors 20 + 50
-    p, q = 4 * (20 * 4 + 50 * 4 + 3 * 3), 4 * (250 * 4 + 320 * 4 + 100 * 3)
-    assert powersgd(rank=4).exchange_bytes(Layout(conv), 4) == ExchangeBytes(q, p + 4 * 70, p, q)
+    conv = ((20, 10, 5, 5), (20,), (50, 320), (50,), (3, 100), (6, 5))
+    # matrices 20 x 250 (r 4), 50 x 320 (r 4) compressed; 3 x 100 (r = min(4, 3) = 3: 3 x 103 >= 300
+    # values) and 6 x 5 (4 x 11 >= 30) travel as they are, with the vectors: 20 + 50 + 300 + 30
+    p, q = 4 * (20 * 4 + 50 * 4), 4 * (250 * 4 + 320 * 4)
+    assert powersgd(rank=4).exchange_bytes(Layout(conv), 4) == ExchangeBytes(q, p + 4 * 400, p, q)
     assert powersgd(rank=4).exchange_bytes(Layout(conv, vectors=2, extra=30), 2) == \
-        ExchangeBytes(2 * q, 2 * p + 2 * (140 + 30), 2 * p, 2 * q)
+        ExchangeBytes(2 * q, 2 * p + 2 * (800 + 30), 2 * p, 2 * q)
+    # rank 2 on the 6 x 5: 2 x 11 < 30, compressed (at 3, 33 >= 30: as it is)
+    assert powersgd(rank=2).exchange_bytes(Layout(((6, 5),)), 4) == ExchangeBytes(4 * 10, 4 * 12, 4 * 12, 4 * 10)
+    assert powersgd(rank=3).exchange_bytes(Layout(((6, 5),)), 4) == ExchangeBytes(0, 4 * 30, 0, 0)
+    m = randn(30, seed=1)
+    (d,), state = powersgd(rank=3).exchange([m], Layout(((6, 5),)), [])
+    assert torch.equal(d, m) and state == []                  # sent as it is, no Q kept
     # a run: logreg on digits (a 10 x 64 weight, 10 biases), r = 2, 16 bytes of overhead a message
     out = tmp_path / "p"
     api.run(tiny(**{"network.codec": {"up": {"name": "powersgd", "rank": 2}}, "network.overhead_bytes": 16}), out=out)
@@ -152,6 +192,23 @@ def test_a_slow_links_round_includes_the_extra_round_trip(tmp_path, engine):
     assert slow.comm_time.to_numpy() == pytest.approx(first["slow"] - 0.5, rel=0, abs=1e-12)   # comm_time: phase 1
 
 
+def test_a_model_of_vectors_only_has_no_second_phase(tmp_path):
+    # the quadratic model is one vector of d values: nothing to exchange, so no phase 2 (0 s, no
+    # bytes); the round is the plain round: down and up d x 4 + 16 bytes, 2 steps of 1 s
+    sc = quadratic_scenario(rounds=2, steps=2)
+    sc["clients"]["groups"][0]["network"] = {"latency": 0.01, "up_mbps": 1, "down_mbps": 2}
+    sc["network"] = {"codec": {"up": "powersgd"}, "overhead_bytes": 16}
+    api.run(sc, out=tmp_path / "q")
+    d = np.load(tmp_path / "q" / "model.npy").size
+    nb = 4 * d + 16
+    m = pd.read_csv(tmp_path / "q" / "metrics.csv").query("round > 0")
+    c = pd.read_csv(tmp_path / "q" / "clients.csv")
+    assert (m.exchange_seconds == 0).all() and set(c.bytes_up) == set(c.bytes_down) == {nb}
+    assert (m.bytes_up == 6 * nb).all() and (m.bytes_down == 6 * nb).all()
+    want = (0.01 + nb * 8 / 2e6) + 2 * 1.0 + (0.01 + nb * 8 / 1e6)
+    assert m.round_time.to_numpy() == pytest.approx(want, rel=0, abs=1e-12)
+
+
 @pytest.mark.parametrize("algo", ["fedavg", "scaffold"])
 def test_powersgd_runs_are_the_same_bits_on_both_engines_and_close_across_executors(tmp_path, algo):
     # fedavg: cohorts (Rows); scaffold: client by client, two vectors per upload, relative to zero
@@ -172,6 +229,7 @@ def test_powersgd_runs_are_the_same_bits_on_both_engines_and_close_across_execut
 
 
 # ----------------------------------------------------------------------------- boundaries
+DP_FEDAVG = {"name": "dp_fedavg", "lr": 0.1, "clip": 0.5, "noise_multiplier": 0.5, "clients_per_round": 3}
 BAD = [({"network.codec": {"up": {"name": "powersgd", "rank": 0}}}, "network.codec.up.rank", "greater than or equal to 1"),
        ({"network.codec": {"down": "powersgd"}}, "network.codec.down", "on the download use one of"),
        ({"network.codec": {"up": "powersgd"}, "protocol": {"name": "async", "local_steps": 2},
@@ -179,7 +237,9 @@ BAD = [({"network.codec": {"up": {"name": "powersgd", "rank": 0}}}, "network.cod
        ({"network.codec": {"up": "powersgd"}, "secure_aggregation": {"protocol": "secagg"}}, "network.codec.up",
         "masking of its second phase is not modelled"),
        ({"network.codec": {"up": "powersgd"}, "network.server_link": {"up_mbps": 100, "down_mbps": 100}},
-        "network.codec.up", "timed over dedicated client links")]
+        "network.codec.up", "timed over dedicated client links"),
+       ({"network.codec": {"up": "powersgd"}, "algorithm": DP_FEDAVG}, "network.codec.up",
+        "bound on one client's clipped upload (its sensitivity) no longer holds")]
 
 
 @pytest.mark.parametrize("over,path,words", BAD, ids=[b[1] + ":" + b[2][:14] for b in BAD])
@@ -189,3 +249,11 @@ def test_a_bad_powersgd_block_is_one_error_at_its_yaml_path(tmp_path, over, path
     res = CliRunner().invoke(app, ["run", str(f), "--out", str(tmp_path / "runs" / "bad"), "-q"])
     assert res.exit_code == 2 and f"{path}:" in res.output and words in res.output, res.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_sample_level_dp_sgd_runs_under_powersgd_and_dp_fedavg_under_a_per_message_codec():
+    # dp_sgd's privacy is local (each sample's gradient clipped on the client): the exchange is allowed
+    api.load(tiny(**{"network.codec": {"up": "powersgd"}, "algorithm": {"name": "dp_sgd", "lr": 0.1}}))
+    api.load(tiny(**{"network.codec": {"up": {"name": "qsgd", "s": 3}}, "algorithm": DP_FEDAVG}))
+    with pytest.raises(api.ScenarioError, match="sensitivity"):
+        api.load(tiny(**{"network.codec": {"up": "powersgd"}, "algorithm": DP_FEDAVG}))

@@ -206,6 +206,11 @@ class Algorithm(ABC):
     #: None (not declared: a codec that changes values is refused). Inherited: a subclass that
     #: changes what it uploads declares it again.
     up_reference: ClassVar[Optional[str]] = None
+    #: declared capability: the aggregation's guarantee rests on a bound of each client's
+    #: decoded upload taken alone (DP-FedAvg's clipping: one client's sensitivity,
+    #: docs/algorithms/dp.md 1.1); an exchange codec, whose decoding of one upload depends on
+    #: every other's, is then refused (compression.md 2.6). Inherited.
+    upload_sensitivity: ClassVar[bool] = False
 
     def __init_subclass__(cls, cohort_path: bool = False, selection_weights: bool = False, **kw):
         super().__init_subclass__(**kw)

@@ -80,6 +80,7 @@ class DPFedAvg(FedAvg, cohort_path=True):
     name = "dp_fedavg"
     supports = frozenset({"rounds"})     # Δ_k is taken from the round's own broadcast (dp.md section 1)
     weights_total = None          # each arrival weighs 1/m: the weights sum to |C_t| / m
+    upload_sensitivity = True     # clipping bounds each decoded upload alone (dp.md 1.1)
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)

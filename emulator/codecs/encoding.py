@@ -72,13 +72,14 @@ class UploadEncoding:
     def take_columns(self) -> tuple:
         """(metrics.csv columns, clients.csv columns) of the uploads encoded since the last call
         (compression.md 3): `codec_error` (NaN: none encoded) and, for an entropy-coded codec,
-        `bytes_up_entropy` (their coded bytes with the overhead: the sum, and each client's)."""
+        `bytes_up_entropy` (their coded bytes with the overhead: the sum, NaN when none was
+        encoded, and each client's)."""
         err = self.take_error()
         rows = {"codec_error": float("nan") if err is None else err}
         clients = {}
         if isinstance(self.codec, EntropyCoded):
             coded, self.coded = self.coded, {}
-            rows["bytes_up_entropy"] = int(sum(coded.values()))
+            rows["bytes_up_entropy"] = int(sum(coded.values())) if coded else float("nan")
             clients["bytes_up_entropy"] = coded
         return rows, clients
 

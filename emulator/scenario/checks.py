@@ -94,14 +94,15 @@ def codec_problems(sc, algo) -> list:
                              "relative to (up_reference), so a codec cannot encode it; use `none` or `ratio` "
                              "(bytes only), or declare up_reference in the algorithm (docs/algorithms/compression.md 1.1)"))
         if d == "up" and issubclass(cls, ExchangeCodec):
-            problems += exchange_problems(sc, spec.name)
+            problems += exchange_problems(sc, spec.name, algo)
     return problems
 
 
-def exchange_problems(sc, name: str) -> list:
+def exchange_problems(sc, name: str, algo) -> list:
     """An exchange codec on the upload (compression.md 2.6): under a protocol that runs its
     second phase, over dedicated links, without secure aggregation (whose masking of the
-    second phase is not modelled)."""
+    second phase is not modelled), for an algorithm whose guarantee does not rest on each
+    upload alone (`upload_sensitivity`: DP-FedAvg's clipping of the decoded upload)."""
     at, out = "network.codec.up", []
     proto = registry.get("protocol", sc.protocol.name).factory
     if not proto.exchanges:
@@ -114,4 +115,9 @@ def exchange_problems(sc, name: str) -> list:
     if sc.secure_aggregation is not None:
         out.append((at, f"{name!r} with secure_aggregation: the masking of its second phase is not modelled; "
                         "remove one of them (docs/algorithms/compression.md 2.6)"))
+    if algo.upload_sensitivity:
+        out.append((at, f"{name!r} decodes each upload with P̂, which comes from every client's P, so "
+                        f"algorithm {sc.algorithm.name!r}'s bound on one client's clipped upload (its sensitivity) "
+                        "no longer holds; use a per-message codec (qsgd, topk, ...) or `none`, or dp_sgd, "
+                        "whose privacy is local (docs/algorithms/compression.md 2.6)"))
     return out

@@ -5,7 +5,8 @@ after the aggregation has read the uploads, the server sends each client it read
     T_2 = max_i (down_i(back) + up_i(second))
 
 over the clients read, each over its own link (latency plus bytes x 8 / bandwidth, no jitter,
-no contention); computing the reply and the second message takes no virtual time. Its bytes
+no contention); a model with nothing to exchange (no matrix: both messages empty) has no
+second phase (0 s, no bytes); computing the reply and the second message takes no virtual time. Its bytes
 go to those clients' rows (clients.csv) and the round's (metrics.csv); the round lasts T_2
 longer (`round_time`, `exchange_seconds`). The values were already decoded at the read step
 (codecs/encoding.py: ExchangeEncoding); the protocol owns the time."""
@@ -28,12 +29,13 @@ class SecondPhase:
 
     def __init__(self, network, sizes):
         self.network = network
+        self.empty = int(sizes.back) == 0 and int(sizes.second) == 0   # nothing to exchange: no phase
         self.back = int(sizes.back) + int(network.overhead)
         self.second = int(sizes.second) + int(network.overhead)
 
     def seconds(self, ids: np.ndarray) -> float:
-        """T_2 of these clients (0 for none)."""
-        if not len(ids):
+        """T_2 of these clients (0 for none, or when the model has nothing to exchange)."""
+        if not len(ids) or self.empty:
             return 0.0
         zero = np.zeros(len(ids))
         down = self.network.link_times(ids, self.back, "down", zero)
@@ -47,7 +49,7 @@ class SecondPhase:
         secs = self.seconds(ids)
         if secs > 0:
             yield env.timeout(secs)
-        if len(ids):
+        if len(ids) and not self.empty:
             pos = log.positions(ids)
             log.bytes_down[pos] += self.back
             log.bytes_up[pos] += self.second
