@@ -192,6 +192,23 @@ def test_a_slow_links_round_includes_the_extra_round_trip(tmp_path, engine):
     assert slow.comm_time.to_numpy() == pytest.approx(first["slow"] - 0.5, rel=0, abs=1e-12)   # comm_time: phase 1
 
 
+@pytest.mark.parametrize("engine", ["vector", "process"])
+def test_a_budget_that_ends_in_the_second_phase_aggregates_nothing_that_round(tmp_path, engine):
+    # the server aggregates once the Q uploads are in: a run the time budget ends halfway
+    # through round 2's second phase has one aggregation, and round 2 gives nobody a weight
+    sc = two_links(**{"network.codec": {"up": {"name": "powersgd", "rank": 2}}, "protocol.engine": engine,
+                      "run.rounds": 3})
+    first = (0.01 + 3112 * 8 / 1e7) + 5 * 0.1 + (0.01 + 120 * 8 / 0.5e6)     # the slow group decides both phases
+    second = (0.01 + 80 * 8 / 1e7) + (0.01 + 512 * 8 / 0.5e6)
+    sc["run"]["virtual_time"] = 2 * first + 1.5 * second
+    api.run(sc, out=tmp_path / "b")
+    m = pd.read_csv(tmp_path / "b" / "metrics.csv").query("round > 0")
+    c = pd.read_csv(tmp_path / "b" / "clients.csv")
+    assert m["round"].tolist() == [1] and m.round_time.to_numpy() == pytest.approx(first + second, rel=0, abs=1e-12)
+    assert (c.query("round == 1").weight > 0).sum() == 8 and (c.query("round == 2").weight == 0).all()
+    assert json.load(open(tmp_path / "b" / "summary.json"))["status"] == "complete"      # the invariants held
+
+
 def test_a_model_of_vectors_only_has_no_second_phase(tmp_path):
     # the quadratic model is one vector of d values: nothing to exchange, so no phase 2 (0 s, no
     # bytes); the round is the plain round: down and up d x 4 + 16 bytes, 2 steps of 1 s

@@ -33,8 +33,17 @@ class Aggregating:
         Unread uploads keep `vectors=None`: their training is never computed.
         `items` are (client, upload, steps); the upload's meta may carry `n_samples`
         (this round's data size) and `tau` (iterations). Returns (arrivals, Aggregation)."""
+        arrivals, commit = self.read_uploads(task, t, items, round_of)
+        return arrivals, commit(log)
+
+    def read_uploads(self, task, t: int, items, round_of=None) -> tuple:
+        """`aggregate`'s first half: the uploads the algorithm reads, resolved and decoded as
+        the server sees them. Returns (arrivals, commit): `commit(log)` calls the algorithm and
+        records its result, returning the Aggregation. A protocol that spends virtual time
+        between the two (an exchange codec's second phase: protocols/exchange.py) commits only
+        once that time has passed, so a run the time budget ends in between aggregates nothing."""
         if isinstance(items, Cohort):            # a round's cohort (protocols/cohort.py)
-            return self.aggregate_cohort(task, t, items, log)
+            return self.read_cohort(task, t, items)
         sw = self.selection_weights          # the round's selection weights (protocols/selecting.py), or None
         arrivals = [Arrival(client=cid, round=t if round_of is None else round_of(cid), vectors=None,
                             n_samples=int(u.meta.get("n_samples", task.client_sizes[cid])), steps=steps,
@@ -58,15 +67,19 @@ class Aggregating:
                 a.vectors = vectors
         for a in arrivals:
             a.meta = {k: force(v) for k, v in a.meta.items()}
-        agg = self.with_codec_error(enc, task.checked.aggregate(t, arrivals, log))
-        self.record_aggregation(log, agg)
-        if task.buffers is not None:
-            self.average_buffers(task, agg, read)
-        return arrivals, agg
 
-    def aggregate_cohort(self, task, t: int, cohort, log) -> tuple:
-        """`aggregate` of a cohort (every arrival read, as `cohort_spec` promises): its results
-        go to the algorithm as columns (`Rows`), with no object per client."""
+        def commit(log):
+            agg = self.with_codec_error(enc, task.checked.aggregate(t, arrivals, log))
+            self.record_aggregation(log, agg)
+            if task.buffers is not None:
+                self.average_buffers(task, agg, read)
+            return agg
+        return arrivals, commit
+
+    def read_cohort(self, task, t: int, cohort) -> tuple:
+        """`read_uploads` of a cohort (every arrival read, as `cohort_spec` promises): its
+        results go to the algorithm as columns (`Rows`), with no object per client. Returns
+        (rows, commit)."""
         enc = self.upload_encoding(task)
         if cohort.future is None:
             res_params, loss = [], np.zeros(0)
@@ -81,9 +94,12 @@ class Aggregating:
         rows = Rows(clients=cohort.clients, n_samples=task.client_sizes[cohort.clients].astype(np.int64),
                     steps=cohort.steps, params=res_params, train_loss=loss,
                     selection_weight=None if sw is None else np.array([sw[c] for c in cohort.clients.tolist()]))
-        agg = self.with_codec_error(enc, task.checked.aggregate_rows(t, rows, log))
-        self.record_aggregation(log, agg)
-        return rows, agg
+
+        def commit(log):
+            agg = self.with_codec_error(enc, task.checked.aggregate_rows(t, rows, log))
+            self.record_aggregation(log, agg)
+            return agg
+        return rows, commit
 
     def upload_encoding(self, task):
         """The model's upload codec where it changes values (None: it does not; built once)."""
