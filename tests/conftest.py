@@ -55,6 +55,17 @@ def tiny(**over) -> dict:
     return sc
 
 
+def two_links(**over):
+    """8 clients, all selected, links without jitter: 4 on 10 Mbit/s, 4 on a 0.5 Mbit/s uplink."""
+    fast = {"latency": 0.01, "up_mbps": 10, "down_mbps": 10}
+    sc = tiny(**{"clients.count": 8, "protocol.select.k": 8, "run.rounds": 2, **over})
+    sc["clients"]["groups"] = [
+        {"name": "fast", "count": 4, "compute": {"model": "constant", "step_time": 0.1}, "network": fast},
+        {"name": "slow", "count": 4, "compute": {"model": "constant", "step_time": 0.1},
+         "network": {**fast, "up_mbps": 0.5}}]
+    return sc
+
+
 def quadratic_scenario(n=6, rounds=20, steps=5, lr=0.1, algo="fedavg", k=None, **algo_kw) -> dict:
     sc = {
         "name": "quad",

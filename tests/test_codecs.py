@@ -23,7 +23,7 @@ from emulator.cli import app
 from emulator.codecs.encoding import RESIDUAL, UploadEncoding
 from emulator.rng import Streams
 from emulator.scenario.schema import member
-from conftest import tiny
+from conftest import tiny, two_links
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -114,17 +114,6 @@ def test_exact_bytes_per_codec_for_a_hand_sized_message():
     got = {name: codec(name, **kw.get(name, {})).wire_bytes(n, B) for name in want}
     assert got == want
     assert codec("qsgd", s=15, bucket=512).wire_bytes(1001, 4) == math.ceil((2 * 32 + 1001 * 5) / 8)
-
-
-def two_links(**over):
-    """8 clients, all selected, links without jitter: 4 on 10 Mbit/s, 4 on a 0.5 Mbit/s uplink."""
-    fast = {"latency": 0.01, "up_mbps": 10, "down_mbps": 10}
-    sc = tiny(**{"clients.count": 8, "protocol.select.k": 8, "run.rounds": 2, **over})
-    sc["clients"]["groups"] = [
-        {"name": "fast", "count": 4, "compute": {"model": "constant", "step_time": 0.1}, "network": fast},
-        {"name": "slow", "count": 4, "compute": {"model": "constant", "step_time": 0.1},
-         "network": {**fast, "up_mbps": 0.5}}]
-    return sc
 
 
 def test_a_slow_links_upload_time_shrinks_by_the_byte_ratio(tmp_path):

@@ -23,7 +23,7 @@ from emulator.codecs.encoding import RESIDUAL, ExchangeEncoding
 from emulator.codecs.exchange import ExchangeBytes, Layout
 from emulator.rng import Streams
 from emulator.scenario.schema import member
-from conftest import quadratic_scenario, tiny
+from conftest import quadratic_scenario, tiny, two_links
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 F64 = torch.float64
@@ -160,18 +160,7 @@ def test_exact_bytes_of_each_message_for_a_hand_sized_model(tmp_path):
     assert json.load(open(out / "summary.json"))["status"] == "complete"      # the byte invariants held
 
 
-# ----------------------------------------------------------------------------- time
-def two_links(**over):
-    """8 clients, all selected, links without jitter: 4 on 10 Mbit/s, 4 on a 0.5 Mbit/s uplink."""
-    fast = {"latency": 0.01, "up_mbps": 10, "down_mbps": 10}
-    sc = tiny(**{"clients.count": 8, "protocol.select.k": 8, "run.rounds": 2, **over})
-    sc["clients"]["groups"] = [
-        {"name": "fast", "count": 4, "compute": {"model": "constant", "step_time": 0.1}, "network": fast},
-        {"name": "slow", "count": 4, "compute": {"model": "constant", "step_time": 0.1},
-         "network": {**fast, "up_mbps": 0.5}}]
-    return sc
-
-
+# ----------------------------------------------------------------------------- time (two_links: conftest.py)
 @pytest.mark.parametrize("engine", ["vector", "process"])
 def test_a_slow_links_round_includes_the_extra_round_trip(tmp_path, engine):
     # the fast group downloads at 1 Mbit/s, the slow one uploads at 0.5 Mbit/s: each phase's
