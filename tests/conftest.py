@@ -111,3 +111,13 @@ def executor_on_random_data(cls, net, input_shape, sizes, params=None, classes=1
     off = np.cumsum([0] + list(sizes))
     rows = ClientRows([np.arange(a, b) for a, b in zip(off[:-1], off[1:])], cpu)
     return cls({0: TaskData(net, x, y, rows)}, Streams(0), cpu, params)
+
+
+def docs_script(name: str):
+    """docs/<name>.py (a page's results script) loaded as a module, for its tests."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "docs" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -8,13 +8,13 @@ metrics.csv.
 The study itself is not run here (about 15-20 min): `make study-compression`."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import docs_script
 from emulator import registry
 from emulator import sweep as sw
 from emulator.scenario import schema as scenario
@@ -27,10 +27,7 @@ BASE = ROOT / "scenarios" / "studies" / "compression_base.yaml"
 
 
 def results_module():
-    spec = importlib.util.spec_from_file_location("compression_results", ROOT / "docs" / "compression_results.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return docs_script("compression_results")
 
 
 CODECS = {"none": None, "fp16": {"name": "fp16"}, "qsgd4": {"name": "qsgd", "s": 15, "bucket": 512},

@@ -6,7 +6,6 @@ the page's pipeline computes equal to those counted from clients.csv directly.
 The study itself is not run here (about 15 min): `make study-selection`."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import docs_script
 from emulator import sweep as sw
 from emulator.scenario import schema as scenario
 
@@ -23,10 +23,7 @@ BASE = ROOT / "scenarios" / "studies" / "selection_oort.yaml"
 
 
 def results_module():
-    spec = importlib.util.spec_from_file_location("selection_results", ROOT / "docs" / "selection_results.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return docs_script("selection_results")
 
 
 def test_the_sweep_runs_every_selector_with_and_without_the_deadline_on_three_seeds():
