@@ -148,13 +148,10 @@ class Rounds(Protocol):
             items = yield from self.process_round(task, t, ids, steps, log, bc, draws, unselected)
         self.last_participants = len(items)
         secure = {} if setup is None else (yield from self.secagg.round(self, ids, items, log, setup))
-        if self.second_phase is None:
-            arrivals, agg = self.aggregate(task, t, items, log)
-            second = {}
-        else:   # the server aggregates once the second phase's uploads are in (compression.md 2.6)
-            arrivals, commit = self.read_uploads(task, t, items)
-            second = yield from self.second_phase.round(env, arrivals, log)
-            agg = commit(log)
+        # the server aggregates once an exchange codec's second phase is over (compression.md 2.6)
+        arrivals, commit = self.read_uploads(task, t, items)
+        second = {} if self.second_phase is None else (yield from self.second_phase.round(env, arrivals, log))
+        agg = commit(log)
         self.selecting.observe(t, log, items, arrivals)
         self.finish_aggregation(task, t, arrivals, log,
                                 {"round_time": env.now - start, **agg.round_cols, **secure, **second})
