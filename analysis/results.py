@@ -110,6 +110,8 @@ def run_quick(entry: dict, out_root: Path = QUICK_RUNS) -> Path:
     """Run the entry's quick sweep afresh into out_root/NAME; its sweep folder."""
     out = Path(out_root) / entry["name"]
     if out.exists():
+        if not (out / "sweep.json").exists():      # only a sweep folder this check wrote is replaced
+            raise SystemExit(f"results-check: {out} exists and is not a sweep folder: move it away first")
         shutil.rmtree(out)
     cmd = entry["quick"]["sweep"]
     if entry["quick"].get("keep"):

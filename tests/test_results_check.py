@@ -109,3 +109,12 @@ def test_keep_narrows_the_full_sweep_file(tmp_path):
     assert small["base"] == str(R.ROOT / "scenarios/studies/study_base.yaml")
     with pytest.raises(ValueError, match="not all of"):
         R.narrowed(R.ROOT / "scenarios/studies/stragglers.yaml", {"slow_share": ["0.3"]}, tmp_path / "b.yaml")
+
+
+def test_a_folder_the_check_did_not_write_is_never_replaced(tmp_path):
+    mine = tmp_path / CHEAP
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a user's file")
+    with pytest.raises(SystemExit, match="not a sweep folder"):
+        R.run_quick(entry(CHEAP), tmp_path)
+    assert (mine / "notes.txt").read_text() == "a user's file"
