@@ -5,7 +5,9 @@ import importlib.metadata
 
 import simpy
 
-from emulator.sim.simpy_internals import call_now, closing_time
+import pytest
+
+from emulator.sim.simpy_internals import at_instant, call_now, closing_time
 
 
 def _order(make_close):
@@ -66,3 +68,32 @@ def test_call_now_runs_where_a_new_process_would_start():
 
 def test_simpy_is_the_pinned_version():
     assert importlib.metadata.version("simpy") == "4.1.2"
+
+
+def test_at_instant_fires_at_the_instant_a_process_reaches():
+    """A client's upload ends at ((0.1 + 0.1) + 0.1) + 0.05 = 0.35000000000000003 after three
+    timeouts; from 0.1 no delay reaches that instant (0.1 + 0.25000000000000006 is
+    0.3500000000000001), so a timeout would close the vector engine's round an ulp late.
+    `at_instant` fires there exactly, at NORMAL priority in scheduling order (after a timeout
+    for that instant scheduled before it, before one scheduled after), and refuses the past."""
+    chain = simpy.Environment(initial_time=0.1)
+
+    def client():
+        for d in (0.1, 0.1, 0.05):
+            yield chain.timeout(d)
+    chain.process(client())
+    chain.run()
+    when = chain.now
+    assert when == 0.35000000000000003 and 0.1 + (when - 0.1) != when
+    env = simpy.Environment(initial_time=0.1)
+    order = []
+    for name, make in (("before", lambda: env.timeout(0.25)), ("at", lambda: at_instant(env, 0.35)),
+                       ("after", lambda: env.timeout(0.25))):
+        make().callbacks.append(lambda _e, name=name: order.append((name, env.now)))
+    exact = at_instant(env, when)
+    exact.callbacks.append(lambda _e: order.append(("exact", env.now)))
+    env.run()
+    assert order == [("before", 0.35), ("at", 0.35), ("after", 0.35), ("exact", when)]
+    assert exact.ok and exact.value is None
+    with pytest.raises(ValueError, match="before now"):
+        at_instant(env, 0.3)

@@ -5,6 +5,9 @@ against SimPy's own semantics, so a SimPy upgrade that changes them fails there)
 - `closing_time`: a timeout at a priority below NORMAL (`env.schedule` with LATE, an event
   made triggered by setting `_ok` / `_value`), so that a round's deadline at T counts every
   upload arriving at T, even those scheduled at T itself.
+- `at_instant`: an event at exactly virtual time `when` (pushed on the event queue by hand:
+  `now + (when - now)` can miss `when` by an ulp, and no delay reaches some instants from
+  `now`, such as 0.35000000000000003 from 0.1, which a process reaches as 0.1 + 0.1 + 0.1 + 0.05).
 - `call_now`: a callback at this instant, after what is already due now, as a process
   created here would start (its Initialize event is URGENT).
 - `Driver`: a generator resumed from callbacks on the events it yields, as SimPy's
@@ -14,10 +17,11 @@ against SimPy's own semantics, so a SimPy upgrade that changes them fails there)
 """
 from __future__ import annotations
 
+from heapq import heappush
 from typing import Callable
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
 
 #: SimPy priority below NORMAL (1): processed after every other event at that instant
 LATE = 2
@@ -35,6 +39,16 @@ def closing_time(env, delay: float) -> simpy.events.Event:
     those created at that instant: a deadline at T counts every upload arriving at T."""
     ev = _triggered(env)
     env.schedule(ev, LATE, delay)
+    return ev
+
+
+def at_instant(env, when: float) -> simpy.events.Event:
+    """A timeout that fires at exactly virtual time `when` (not before now), as a timeout
+    scheduled now for that instant would: at NORMAL priority, in the order of scheduling."""
+    if not when >= env.now:
+        raise ValueError(f"at_instant: {when!r} is before now ({env.now!r})")
+    ev = _triggered(env)
+    heappush(env._queue, (when, NORMAL, next(env._eid), ev))
     return ev
 
 

@@ -18,23 +18,12 @@ ran by then is recorded, as the process engine's end of the run records it.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from ..simpy_internals import at_instant
 from .cohort import submit_cohort
 from .outcome import Outcomes, multicast_first, never_ends, record_outcomes
 from .round_times import round_times
-
-
-def at_time(env, when: float):
-    """An event at exactly virtual time `when` (now + (when - now) may miss it by an ulp)."""
-    delay = when - env.now
-    while env.now + delay > when:
-        delay = math.nextafter(delay, -math.inf)
-    while env.now + delay < when:
-        delay = math.nextafter(delay, math.inf)
-    return env.timeout(max(delay, 0.0))
 
 
 class Ends:
@@ -98,7 +87,7 @@ def vector_round(proto, task, t: int, chosen, steps, log, bc, draws):
     order = order[arrived[order]]
     items = _jobs(proto, task, t, bc, ends, close, arrived, order)
     if close > ends.t0:
-        yield at_time(env, close)
+        yield at_instant(env, close)
     record_outcomes(log, ends.outcomes(close, True, proto.multicast), proto.messages(task))
     return items
 
@@ -153,7 +142,7 @@ def _never_closes(proto, task, t, log, bc, ends: Ends):
             algo.upload(c, t, fut)
     last = float(np.max(np.where(fin, ends.up, ends.down)))
     if last > t0:
-        yield at_time(env, last)
+        yield at_instant(env, last)
     record_outcomes(log, ends.outcomes(last, False, proto.multicast), proto.messages(task))
     yield never_ends(env)
     return []
