@@ -34,7 +34,7 @@ def written(run_in, sc, engine):
     metrics = pd.read_csv(d / "metrics.csv").drop(columns=["wall_time"])
     buf = io.StringIO()
     metrics.to_csv(buf, index=False)
-    work = {k: res.summary[k] for k in ("jobs_submitted", "grad_steps_virtual")}
+    work = {k: res.summary[k] for k in ("jobs_submitted", "grad_steps_virtual", "jobs_computed", "grad_steps_computed")}
     return (d / "clients.csv").read_bytes(), buf.getvalue(), res.summary["status"], res.summary["virtual_time"], work
 
 
@@ -44,6 +44,10 @@ CASES = {
     "first_k": ({"mode": "first_k", "k": 2}, "unicast", False),
     "stuck-all": ("all", "unicast", True),
     "stuck-all-multicast": ("all", "multicast", True),
+    # rounds that close without the stuck client: at the 3rd upload (all the finite ones) or
+    # at the deadline; the stuck client is late every round and the run completes
+    "stuck-first_k": ({"mode": "first_k", "k": 3}, "unicast", True),
+    "stuck-deadline": ({"mode": "deadline", "seconds": 1.2}, "unicast", True),
 }
 
 
@@ -56,9 +60,12 @@ def test_both_engines_write_the_same_files(run_in, case):
     assert proc[1] == vec[1]                       # metrics.csv less wall_time
     assert proc[2:] == vec[2:]                     # status, virtual time
     c = pd.read_csv(io.BytesIO(proc[0]))
-    if stuck:                                      # the round never closed: the run stalled
+    if stuck and wait == "all":                    # the round never closed: the run stalled
         assert proc[2] == "stalled" and len(c) == 4 and (c["bytes_up"] > 0).sum() == 3
         assert (c["bytes_down"] > 0).sum() == (1 if broadcast == "multicast" else 4)
+    elif stuck:                                    # every round closed without the stuck client
+        assert proc[2] == "complete" and len(c) == 12 and (c["bytes_up"] > 0).sum() == 9
+        assert (c.loc[c["drop_reason"] == "late", "client"] == 3).sum() == 3 and c["dropped"].sum() == 3
     else:                                          # not vacuous: someone was late, someone arrived
         assert proc[2] == "complete" and (c["drop_reason"] == "late").any() and (c["bytes_up"] > 0).any()
         if broadcast == "multicast":               # one broadcast's bytes per round
@@ -141,11 +148,17 @@ def test_a_round_cut_by_the_virtual_time_budget_is_recorded_alike(run_in, budget
     assert not cut["dropped"].any() and (cut["weight"] == 0).all()
 
 
-def test_a_budget_at_the_instant_computations_end(run_in):
+ALGOS = {"cohort": {"name": "fedavg", "lr": 0.1},           # one cohort job a round
+         "client-by-client": {"name": "scaffold", "lr": 0.1}}  # client state: a job per client
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_budget_at_the_instant_computations_end(run_in, algo):
     """Instant links, 5 steps of 0.1 s, `run.virtual_time: 0.5`: every computation ends exactly
     at the budget (it began before: it ran) and the upload that would begin then never runs;
-    the round never closes. Both engines: 5 steps, 0.5 s of compute, no upload, no aggregation."""
-    sc = tiny(**{"run.rounds": None, "run.virtual_time": 0.5, "protocol.wait": "all"})
+    the round never closes. Both engines: 5 steps, 0.5 s of compute, no upload, no aggregation,
+    the same jobs submitted and computed (on the cohort path and client by client)."""
+    sc = tiny(**{"run.rounds": None, "run.virtual_time": 0.5, "protocol.wait": "all", "algorithm": ALGOS[algo]})
     sc["clients"]["groups"][0]["network"] = "instant"
     proc, vec = written(run_in, sc, "process"), written(run_in, sc, "vector")
     assert proc == vec
@@ -154,3 +167,28 @@ def test_a_budget_at_the_instant_computations_end(run_in):
     assert len(part) == 3 and (part["steps"] == 5).all() and (part["compute_time"] == 0.5).all()
     assert (part["bytes_down"] > 0).all() and (part["bytes_up"] == 0).all()
     assert list(pd.read_csv(io.StringIO(proc[1]))["round"]) == [0]
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+@pytest.mark.parametrize("budget", [0.125, 0.25])
+def test_a_budget_at_the_instant_a_download_or_an_upload_ends(run_in, budget, algo):
+    """Exact binary times, no latency: each download and upload of logreg's 2,600 B takes
+    0.125 s at 0.1664 Mbit/s (SCAFFOLD's 5,200 B at twice the rate), the computation none (`instant`). At a 0.125 s budget the
+    downloads end at it (they ran) and the computations that would begin then never run: 0
+    steps, no upload. At 0.25 s the uploads end at it (they began before it: they arrived),
+    though the round never closes. Both engines record it alike and submit (as each download
+    ends) and compute the same jobs, on the cohort path and client by client."""
+    sc = tiny(**{"run.rounds": None, "run.virtual_time": budget, "protocol.wait": "all", "algorithm": ALGOS[algo]})
+    nbytes = 2600 if algo == "cohort" else 5200                  # SCAFFOLD: the model and a control variate
+    rate = 0.1664 * nbytes / 2600
+    sc["clients"]["groups"][0]["network"] = {"latency": 0.0, "up_mbps": rate, "down_mbps": rate}
+    sc["clients"]["groups"][0]["compute"] = {"model": "instant"}
+    proc, vec = written(run_in, sc, "process"), written(run_in, sc, "vector")
+    assert proc == vec
+    c = pd.read_csv(io.BytesIO(proc[0]))
+    part = c[c["selected"]]
+    assert len(part) == 3 and (part["bytes_down"] == nbytes).all() and (part["comm_time"] == budget).all()
+    assert (part["steps"] == (0 if budget == 0.125 else 5)).all()
+    assert (part["bytes_up"] == (0 if budget == 0.125 else nbytes)).all() and not part["dropped"].any()
+    assert proc[4]["jobs_submitted"] == 3          # each job is submitted as its download ends
+    assert list(pd.read_csv(io.StringIO(proc[1]))["round"]) == [0] and proc[3] == budget

@@ -209,3 +209,24 @@ def test_planned_round_equals_each_clients_own_pieces(compute, link, tmp_path, m
     pd.testing.assert_frame_equal(out[True][0], out[False][0], check_exact=True)
     pd.testing.assert_frame_equal(out[True][1], out[False][1], check_exact=True)
     assert (out[True][1]["drop_reason"] == "offline").any()      # someone went offline mid-round
+
+
+def test_a_multicast_download_ending_at_the_deadline_carries_the_broadcast(tmp_path):
+    """Exact binary times: group a downloads in 0.125 s, group b in 0.25 s; the 0.125 s
+    deadline closes each round as a's downloads end. A download ending at the close has
+    arrived (as an upload at the deadline counts), so one of a's carries the broadcast's
+    2,600 bytes (650 parameters x 4 B); both engines agree; nobody uploads."""
+    sc = tiny(**{"run.rounds": 2, "clients.count": 4, "protocol.select": {"model": "all"},
+                 "protocol.local_steps": 1, "protocol.broadcast": "multicast",
+                 "protocol.wait": {"mode": "deadline", "seconds": 0.125}})
+    g = sc["clients"]["groups"][0]
+    g.pop("fraction")
+    sc["clients"]["groups"] = [
+        dict(g, name="a", count=2, network={"latency": 0.0, "up_mbps": 0.1664, "down_mbps": 0.1664}),
+        dict(g, name="b", count=2, network={"latency": 0.0, "up_mbps": 0.1664, "down_mbps": 0.0832})]
+    out = run_both(sc, tmp_path, "multicast_deadline")
+    (mp, cp), (mv, cv) = out["process"], out["vector"]
+    pd.testing.assert_frame_equal(cp, cv, check_exact=True)
+    pd.testing.assert_frame_equal(mp, mv, check_exact=True)
+    assert cp.groupby("round")["bytes_down"].sum().tolist() == [2600, 2600]
+    assert cp.loc[cp["bytes_down"] > 0, "client"].isin([0, 1]).all() and cp["bytes_up"].sum() == 0

@@ -32,7 +32,7 @@ class Ends:
     def __init__(self, t0, ids, steps, d, dur, floor, u):
         self.t0, self.ids, self.steps, self.dur, self.floor = t0, ids, steps, dur, floor
         self.down = t0 + d
-        self.compute = np.where(dur > 0, self.down + dur, self.down)
+        self.compute = self.down + dur                 # (down + 0.0 is down: 0 s computations too)
         self.up = self.compute + u
 
     def outcomes(self, at: float, stopped: bool, multicast: bool) -> Outcomes:
@@ -46,7 +46,7 @@ class Ends:
             if first is not None:
                 carries[first] = True
         return Outcomes(self.ids, self.t0, self.steps, self.dur, self.floor, self.down, self.compute, self.up,
-                        np.full(n, at), np.full(n, stopped) & ~(self.up <= at), carries=carries)
+                        np.full(n, at), np.full(n, stopped), carries=carries)
 
 
 def close_time(wait, ends: Ends) -> float:
@@ -123,9 +123,9 @@ def _jobs(proto, task, t, bc, ends: Ends, close: float, arrived, order):
     for i, c in enumerate(ids.tolist()):
         if ends.down[i] <= close:
             futs[i] = proto.submit_job(task, c, t, int(steps[i]), algo.local_spec(c, t, bc), task.buffers)
-    for i in range(len(ids)):
-        if i in futs and ends.compute[i] <= close:
-            ups[i] = algo.upload(int(ids[i]), t, futs[i])
+    for i, fut in futs.items():
+        if ends.compute[i] <= close:
+            ups[i] = algo.upload(int(ids[i]), t, fut)
     return [(int(ids[i]), ups[i], int(steps[i])) for i in order.tolist()]
 
 
