@@ -230,3 +230,17 @@ def test_a_multicast_download_ending_at_the_deadline_carries_the_broadcast(tmp_p
     pd.testing.assert_frame_equal(mp, mv, check_exact=True)
     assert cp.groupby("round")["bytes_down"].sum().tolist() == [2600, 2600]
     assert cp.loc[cp["bytes_down"] > 0, "client"].isin([0, 1]).all() and cp["bytes_up"].sum() == 0
+
+
+def test_a_round_of_one_participant_closes_at_its_upload(tmp_path):
+    """One client a round (`k: 1`): each round lasts that client's download, 5 steps and
+    upload, and both engines agree (a round of one is no round of none)."""
+    sc = tiny(**{"run.rounds": 3, "protocol.select": {"model": "uniform", "k": 1}})
+    out = run_both(sc, tmp_path, "one")
+    (mp, cp), (mv, cv) = out["process"], out["vector"]
+    pd.testing.assert_frame_equal(cp, cv, check_exact=True)
+    pd.testing.assert_frame_equal(mp, mv, check_exact=True)
+    part = cp[cp["selected"]]
+    assert len(part) == 3 and (part["bytes_up"] > 0).all() and (part["steps"] == 5).all()
+    np.testing.assert_allclose(mp["round_time"].dropna(), (part["comm_time"] + part["compute_time"]).to_numpy(),
+                               rtol=0, atol=1e-12)
