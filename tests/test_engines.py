@@ -232,10 +232,16 @@ def test_a_multicast_download_ending_at_the_deadline_carries_the_broadcast(tmp_p
     assert cp.loc[cp["bytes_down"] > 0, "client"].isin([0, 1]).all() and cp["bytes_up"].sum() == 0
 
 
-def test_a_round_of_one_participant_closes_at_its_upload(tmp_path):
+@pytest.mark.parametrize("algo, network", [("fedavg", None), ("scaffold", "instant")])
+def test_a_round_of_one_participant_closes_at_its_upload(algo, network, tmp_path):
     """One client a round (`k: 1`): each round lasts that client's download, 5 steps and
-    upload, and both engines agree (a round of one is no round of none)."""
-    sc = tiny(**{"run.rounds": 3, "protocol.select": {"model": "uniform", "k": 1}})
+    upload, and both engines agree (a round of one is no round of none). With SCAFFOLD (a job
+    per client, no cohort) over instant links the upload arrives as the computation ends, at
+    the close itself: its upload is asked for and aggregated."""
+    sc = tiny(**{"run.rounds": 3, "protocol.select": {"model": "uniform", "k": 1},
+                 "algorithm": {"name": algo, "lr": 0.1}})
+    if network:
+        sc["clients"]["groups"][0]["network"] = network
     out = run_both(sc, tmp_path, "one")
     (mp, cp), (mv, cv) = out["process"], out["vector"]
     pd.testing.assert_frame_equal(cp, cv, check_exact=True)
