@@ -213,7 +213,7 @@ MUT_fedasync     := emulator/algorithms/fedasync.py|tests/test_tsfl.py::test_t13
   tests/test_tsfl.py::test_fedasync_defaults_bounds_and_protocol tests/test_fedasync_rules.py
 MUT_fedsum       := emulator/algorithms/fedsum.py|tests/test_fedsum_reference.py
 MUT_fedumf       := emulator/algorithms/fedumf.py|tests/test_fedumf.py tests/test_fedumf_mutants.py
-MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py
+MUT_vector       := emulator/sim/protocols/vector.py|tests/test_engines.py tests/test_engine_record.py tests/test_cohort.py
 .PHONY: mutate
 mutate: $(STAMP)
 	$(PIP) install $(PIPFLAGS) -e '.[test,mutate]'
