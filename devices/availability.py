@@ -281,7 +281,7 @@ class MarkovTimeAvailability(_Timeline):
 class DiurnalAvailability(_Timeline):
     """Time is cut into slots of `slot` seconds; in the slot starting at s a client is online
     with probability p(s) = clip(mean + amplitude * sin(2 pi (s + shift_i) / period + phase), 0, 1)
-    (a 24 h day: period 86400), independently per slot. `spread` shifts each client's day by a
+    (period 86400: a 24 h day), independently per slot. `spread` shifts each client's day by a
     uniform random offset in [0, spread * period) (time zones)."""
 
     mean: float
