@@ -19,12 +19,12 @@ from __future__ import annotations
 import bisect
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
-from .trace_files import read_interval_trace, read_round_trace  # noqa: F401  (read_interval_trace: re-exported)
+from .trace_files import read_interval_trace  # noqa: F401  (re-exported)
 
 NEVER = math.inf
 
@@ -33,7 +33,6 @@ class Availability(ABC):
     """When clients are online. Required (abstract): `online_mask`, `online_until`,
     `next_online`. Declared: `kind`, "round" or "time" (see the module's doc)."""
 
-    name = "?"
     kind = "round"
 
     def bind(self, members: Sequence[int], rngs, labels: Optional[np.ndarray] = None) -> None:
@@ -76,8 +75,6 @@ class RoundAvailability(Availability):
     """Per-round models: decided at each round's start, held for the round. Required
     (abstract): `group_mask(round_)`, the whole group's mask of a round (asked once a round)."""
 
-    kind = "round"
-
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
         self._round, self._mask = None, None
@@ -98,11 +95,8 @@ class RoundAvailability(Availability):
         return self._mask[self.positions(ids)]
 
 
-@dataclass
 class AlwaysOnline(RoundAvailability):
     """The client is always online."""
-
-    name: str = "always"
 
     def group_mask(self, round_):
         return np.ones(len(self.members), dtype=bool)
@@ -141,8 +135,7 @@ class BernoulliAvailability(RoundAvailability):
     """Client i is online in a round independently with probability p_i
     (FedSUM Case 2 / P2; p fixed, per client, or drawn once per client)."""
 
-    p: object = 0.5
-    name: str = "bernoulli"
+    p: object
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -154,14 +147,14 @@ class BernoulliAvailability(RoundAvailability):
 
 @dataclass
 class SineAvailability(RoundAvailability):
-    """FedSUM spec P3: p_i^t = clip(p_i * (amplitude * sin(2 pi t / period + phase) + 1 - amplitude), 0, 1),
-    t = round - 1 (rounds count from 1), independently per client and round."""
+    """FedSUM spec P3: p_i^t = max(0, p_i * (amplitude * sin(2 pi t / period + phase) + 1 - amplitude)),
+    t = round - 1 (rounds count from 1), independently per client and round (p_i <= 1 and the
+    factor is at most 1, so p_i^t <= 1)."""
 
-    p: object = 0.5
-    amplitude: float = 0.3
-    period: float = 20.0
+    p: object
+    amplitude: float
+    period: float
     phase: float = 0.0
-    name: str = "sine"
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -170,7 +163,7 @@ class SineAvailability(RoundAvailability):
     def prob(self, round_: int) -> np.ndarray:
         t = round_ - 1
         f = self.amplitude * math.sin(2 * math.pi * t / self.period + self.phase) + 1 - self.amplitude
-        return np.clip(self.probs * f, 0.0, 1.0)
+        return np.maximum(self.probs * f, 0.0)
 
     def group_mask(self, round_):
         return self.rngs.round(round_).random(len(self.members)) < self.prob(round_)
@@ -183,9 +176,8 @@ class MarkovAvailability(RoundAvailability):
     P(online) = p_off_on / (p_on_off + p_off_on). The chain's states are kept, so rounds may
     be asked in any order (the async protocol asks each client at its own job count)."""
 
-    p_on_off: float = 0.1
-    p_off_on: float = 0.3
-    name: str = "markov"
+    p_on_off: float
+    p_off_on: float
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -207,12 +199,9 @@ class RoundTraceAvailability(RoundAvailability):
     client (sorted ids, wrapping); rounds past the trace's last wrap when `repeat`, else
     the client is offline."""
 
-    table: dict = field(default_factory=dict)       # trace client -> set of rounds online
-    last_round: int = 0
-    repeat: bool = True
-    name: str = "round_trace"
-
-    read = staticmethod(read_round_trace)
+    table: dict             # trace client -> set of rounds online
+    last_round: int
+    repeat: bool
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
@@ -276,9 +265,8 @@ class MarkovTimeAvailability(_Timeline):
     from the stationary state (online with probability mean_on / (mean_on + mean_off);
     by memorylessness the first period is a fresh draw)."""
 
-    mean_on: float = 3600.0
-    mean_off: float = 3600.0
-    name: str = "markov_time"
+    mean_on: float
+    mean_off: float
 
     def _first(self, c):
         rng = self.rngs.client(c)
@@ -293,34 +281,32 @@ class MarkovTimeAvailability(_Timeline):
 class DiurnalAvailability(_Timeline):
     """Time is cut into slots of `slot` seconds; in the slot starting at s a client is online
     with probability p(s) = clip(mean + amplitude * sin(2 pi (s + shift_i) / period + phase), 0, 1)
-    (a 24 h day by default), independently per slot. `spread` shifts each client's day by a
+    (period 86400: a 24 h day), independently per slot. `spread` shifts each client's day by a
     uniform random offset in [0, spread * period) (time zones)."""
 
-    mean: float = 0.5
-    amplitude: float = 0.4
-    period: float = 86400.0
+    mean: float
+    amplitude: float
+    period: float
+    slot: float
     phase: float = 0.0
-    slot: float = 900.0
     spread: float = 0.0
     max_scan_slots: int = 1_000_000
-    name: str = "diurnal"
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)
         self._shift: dict = {}
         self._k: dict = {}      # client -> (slot starting its next period, state in that period)
 
-    def prob(self, t, c=None):
-        shift = self._shift.get(c, 0.0) if c is not None else 0.0
+    def prob(self, t, c):
+        """Client c's probability of being online in a slot starting at t (once its day is shifted)."""
         return min(1.0, max(0.0, self.mean + self.amplitude * math.sin(
-            2 * math.pi * (t + shift) / self.period + self.phase)))
+            2 * math.pi * (t + self._shift[c]) / self.period + self.phase)))
 
     def _slot_online(self, c, k):
         return self.rngs.client(c).random() < self.prob(k * self.slot, c)
 
     def _first(self, c):
-        if self.spread > 0:
-            self._shift[c] = self.rngs.client(c).uniform(0, self.spread * self.period)
+        self._shift[c] = self.rngs.client(c).uniform(0, self.spread * self.period) if self.spread > 0 else 0.0
         on = self._slot_online(c, 0)
         k = 1
         while self._slot_online(c, k) == on:
@@ -346,10 +332,10 @@ class TraceAvailability(Availability):
     """Replays online intervals from a CSV (see `read_interval_trace`). Client k of the group
     uses the trace's k-th client (sorted ids, wrapping). With a period the trace repeats."""
 
-    trace: dict = field(default_factory=dict)
+    trace: dict
     repeat: bool = True
-    name: str = "trace"
-    kind: str = "time"
+
+    kind = "time"
 
     def bind(self, members, rngs, labels=None):
         super().bind(members, rngs, labels)

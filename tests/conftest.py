@@ -94,6 +94,21 @@ def run_in(tmp_path):
     return _run
 
 
+class Rngs:
+    """The random streams an availability model binds to (as the world's: the group's stream
+    of round r, client c's own long-lived stream), for a seed and a group."""
+
+    def __init__(self, seed=0, group=0):
+        from emulator.rng import Streams
+        self.s, self.g = Streams(seed), group
+
+    def round(self, r):
+        return self.s.keyed("availability.round", self.g, r)
+
+    def client(self, c):
+        return self.s.generator("availability.client", c)
+
+
 def executor_on_random_data(cls, net, input_shape, sizes, params=None, classes=10):
     """An executor of class `cls` for one task: the flat model `net`, len(sizes) clients owning
     consecutive rows of random float64 inputs of `input_shape` and labels in 0..classes-1

@@ -9,18 +9,7 @@ import pytest
 from devices import availability as av
 from devices import selectors as sel
 from devices.selectors import SelectionContext
-from emulator.rng import Streams
-
-
-class Rngs:
-    def __init__(self, seed=0, group=0):
-        self.s, self.g = Streams(seed), group
-
-    def round(self, r):
-        return self.s.keyed("availability.round", self.g, r)
-
-    def client(self, c):
-        return self.s.generator("availability.client", c)
+from conftest import Rngs
 
 
 def masks(model, n, rounds, labels=None):
