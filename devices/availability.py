@@ -307,6 +307,8 @@ class DiurnalAvailability(_Timeline):
 
     def _first(self, c):
         self._shift[c] = self.rngs.client(c).uniform(0, self.spread * self.period) if self.spread > 0 else 0.0
+        if self.mean - self.amplitude >= 1:          # p = 1 in every slot: online for good, nothing to draw
+            return True, NEVER
         on = self._slot_online(c, 0)
         k = 1
         while self._slot_online(c, k) == on:

@@ -60,16 +60,23 @@ def read_interval_trace(path) -> dict:
             s, e = limits.number(path, n, "start", line["start"]), limits.number(path, n, "end", line["end"])
             if e < s:
                 raise limits.TraceError(f"{path} {limits.where(n)}: the interval ends before it starts ({s:g} > {e:g})")
-            rows.setdefault(line["client"], []).append((s, e))
+            rows.setdefault(line["client"], []).append((s, e, n))
             if has_period and line.get("period") not in (None, ""):
                 periods[line["client"]] = limits.number(path, n, "period", line["period"])
-    if not any(e > s for iv in rows.values() for s, e in iv):
+    if not any(e > s for iv in rows.values() for s, e, _ in iv):
         raise limits.TraceError(f"{path}: no client is ever online (every interval is empty)")
+    for c, iv in rows.items():        # a repeating trace's intervals lie within one period
+        late = [(s, e, n) for s, e, n in iv if c in periods and e > periods[c]]
+        if late:
+            s, e, n = min(late, key=lambda x: x[2])
+            raise limits.TraceError(f"{path} {limits.where(n)}: client {c}'s interval [{s:g}, {e:g}) ends after its "
+                                    f"period {periods[c]:g}; the intervals of a trace that repeats lie within "
+                                    "[0, period] (split one that crosses it at the period)")
     out = {}
     for c, iv in rows.items():
         iv.sort()
         merged = []
-        for s, e in iv:
+        for s, e, _ in iv:
             if merged and s <= merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(merged[-1][1], e))
             else:

@@ -122,7 +122,9 @@ def convert_capacity(data: dict, out_compute, out_links) -> int:
 
 
 def behaviour_rows(data: dict, where="behaviour trace") -> tuple:
-    """((client, start, end, period) of every non-empty interval, clients), checked first."""
+    """((client, start, end, period) of every non-empty interval, clients), checked first. An
+    interval is cut at its client's finish_time (FedScale asks a time modulo finish_time, so
+    what lies past it is never online), as a trace that repeats needs (trace_files.py)."""
     if not isinstance(data, dict):
         raise limits.TraceError(f"{where}: a dict of client -> record expected, got {type(data).__name__}")
     out = []
@@ -135,6 +137,8 @@ def behaviour_rows(data: dict, where="behaviour trace") -> tuple:
         period = None if period is None else _finite(period, "finish_time", cid, where)
         for s, e in zip(act, inact):
             s, e = _finite(s, "an active time", cid, where), _finite(e, "an inactive time", cid, where)
+            if period is not None:      # FedScale reads a time modulo finish_time: nothing past it
+                e = min(e, period)
             if e > s:
                 out.append((cid, s, e, "" if period is None else period))
     return out, len(data)

@@ -59,6 +59,10 @@ TRACES = [
      "row 1 (line 2): period -1 is out of range; period is a finite number of seconds in [1e-06, 1e+09]"),
     ("availability never online", "availability", "trace", "client,start,end\n0,5,5\n",
      "no client is ever online (every interval is empty)"),
+    ("availability interval past its period", "availability", "trace",
+     "client,start,end,period\n0,0,30,100\n1,10,20,\n0,80,120,\n",
+     "row 3 (line 4): client 0's interval [80, 120) ends after its period 100; the intervals of a trace "
+     "that repeats lie within [0, period]"),
     ("round trace never available", "availability", "round_trace", "round,client,available\n1,0,0\n2,0,false\n",
      "no client is ever available"),
     ("round trace bad round", "availability", "round_trace", "round,client,available\n1.5,0,1\n",

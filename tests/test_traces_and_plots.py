@@ -19,7 +19,8 @@ def write_fedscale(tmp_path):
     cap = {101: {"computation": 20.0, "communication": 5000.0},
            102: {"computation": 80.0, "communication": 1200.0}}
     beh = {101: {"duration": 500, "inactive": [100, 400], "finish_time": 500, "active": [0, 250], "model": "x"},
-           102: {"duration": 500, "inactive": [300], "finish_time": 500, "active": [50], "model": "y"}}
+           102: {"duration": 500, "inactive": [300, 650], "finish_time": 500, "active": [50, 450], "model": "y"},
+           103: {"duration": 500, "inactive": [700], "finish_time": 500, "active": [600], "model": "z"}}
     (tmp_path / "cap.pkl").write_bytes(pickle.dumps(cap))
     (tmp_path / "beh.pkl").write_bytes(pickle.dumps(beh))
     return cap, beh
@@ -35,7 +36,8 @@ def test_import_fedscale(tmp_path):
     links = pd.read_csv(tmp_path / "out" / "links.csv")
     assert list(links["up_mbps"]) == [5.0, 1.2] and list(links["down_mbps"]) == [5.0, 1.2]
     av = pd.read_csv(tmp_path / "out" / "availability_trace.csv")
-    assert av.values.tolist() == [[101, 0, 100, 500], [101, 250, 400, 500], [102, 50, 300, 500]]
+    # 102's [450, 650) is cut at its finish_time 500; 103's [600, 700) lies past it: never online
+    assert av.values.tolist() == [[101, 0, 100, 500], [101, 250, 400, 500], [102, 50, 300, 500], [102, 450, 500, 500]]
 
 
 def test_import_fedscale_never_replaces_a_file(tmp_path):
