@@ -204,7 +204,7 @@ MUT_selection    := devices/selectors/static.py|tests/test_devices_availability.
   tests/test_devices_availability.py::test_cyclic_wraps_and_skips_unavailable \
   tests/test_devices_availability.py::test_reshuffled_cyclic_takes_one_permutation_per_epoch_in_order \
   tests/test_devices_availability.py::test_biased_staircase_frequencies tests/test_selection_patterns.py
-MUT_availability := devices/availability.py|tests/test_devices_availability.py
+MUT_availability := devices/availability.py|tests/test_devices_availability.py tests/test_availability_models.py
 MUT_network      := devices/network.py|tests/test_devices_network.py tests/test_engine_shared_links.py
 MUT_assignment   := devices/assignment.py|tests/test_multimodel.py tests/test_assignment.py
 MUT_invariants   := emulator/runs/invariants.py|tests/test_invariants.py
