@@ -66,9 +66,9 @@ def read_interval_trace(path) -> dict:
     if not any(e > s for iv in rows.values() for s, e, _ in iv):
         raise limits.TraceError(f"{path}: no client is ever online (every interval is empty)")
     for c, iv in rows.items():        # a repeating trace's intervals lie within one period
-        late = [(s, e, n) for s, e, n in iv if c in periods and e > periods[c]]
+        late = next(((s, e, n) for s, e, n in iv if c in periods and e > periods[c]), None)   # rows in file order
         if late:
-            s, e, n = min(late, key=lambda x: x[2])
+            s, e, n = late
             raise limits.TraceError(f"{path} {limits.where(n)}: client {c}'s interval [{s:g}, {e:g}) ends after its "
                                     f"period {periods[c]:g}; the intervals of a trace that repeats lie within "
                                     "[0, period] (split one that crosses it at the period)")

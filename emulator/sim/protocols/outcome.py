@@ -65,8 +65,9 @@ class Outcomes:
     record is taken (the round's close, or when the client stopped); `stopped`: the work was
     stopped at `at` (a piece that ended by then is done; the one in progress is recorded
     part-way), with its `reason` ("late", "offline", ...; read only for work whose upload had
-    not arrived by `at`); work neither stopped nor arrived by `at` is still running (only its finished pieces are recorded). `carries`: whose finished
-    download counts the broadcast's bytes (None: every one; a multicast: one per round)."""
+    not arrived by `at`); work neither stopped nor arrived by `at` is still running (only its
+    finished pieces are recorded). `carries`: whose finished download counts the broadcast's
+    bytes (None: every one; a multicast: one per round)."""
 
     ids: np.ndarray
     t0: object
